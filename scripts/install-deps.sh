@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Installs what building cuscope needs and is missing: a C++17 compiler, CMake, and, for the tests,
+# Catch2 and clang-format. Uses apt-get on Debian and Ubuntu; elsewhere it says what to install.
+#   scripts/install-deps.sh           build tools only
+#   scripts/install-deps.sh --tests   and what the tests need
+set -euo pipefail
+
+want_tests=0
+[ "${1:-}" = "--tests" ] && want_tests=1
+
+missing=()
+command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+command -v g++ >/dev/null 2>&1 || command -v c++ >/dev/null 2>&1 || missing+=(g++)
+
+have_catch2() {
+  local d
+  for d in /usr/lib/cmake/Catch2 /usr/share/cmake/Catch2 /usr/local/lib/cmake/Catch2 \
+           /usr/local/share/cmake/Catch2 /usr/lib/x86_64-linux-gnu/cmake/Catch2 \
+           /usr/lib/aarch64-linux-gnu/cmake/Catch2 /usr/local/lib64/cmake/Catch2; do
+    [ -f "$d/Catch2Config.cmake" ] && return 0
+  done
+  [ -n "${Catch2_DIR:-}" ] && [ -f "${Catch2_DIR}/Catch2Config.cmake" ] && return 0
+  return 1
+}
+
+if [ "$want_tests" = 1 ]; then
+  have_catch2 || missing+=(catch2)
+  command -v clang-format >/dev/null 2>&1 || missing+=(clang-format)
+fi
+
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "cuscope: please install: ${missing[*]} (Catch2 v3 or v2.13 with its CMake package)" >&2
+  exit 1
+fi
+sudo=""
+if [ "$(id -u)" != 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
+    echo "cuscope: need root to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+echo "cuscope: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief Control of the simulated CUDA device (link cuscope::sim instead of libcudart).
+///
+/// A program linked with cuscope::sim gets the CUDA runtime functions that cuscope uses,
+/// implemented on host memory with the documented semantics of the stream-ordered allocator.
+/// The functions here configure that device, inject faults and report what is still allocated.
+/// docs/simulated-device.md lists every simulated function and rule.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace cuscope::sim {
+
+/// @brief When enqueued work runs.
+enum class execution {
+  eager,     ///< Work runs when it is enqueued.
+  deferred,  ///< Work runs only when the host synchronizes with it, as late as CUDA allows.
+};
+
+/// @brief The simulated devices of a fresh simulated process.
+struct device_config {
+  int device_count = 1;                                       ///< Number of devices.
+  std::size_t total_bytes = std::size_t{16} << 30;            ///< Memory of each device.
+  std::size_t context_bytes = std::size_t{300} << 20;         ///< Memory the context itself holds.
+  std::size_t pool_granularity_bytes = std::size_t{2} << 20;  ///< Pools reserve in these chunks.
+  execution mode = execution::deferred;                       ///< When enqueued work runs.
+};
+
+/// @brief Starts a fresh simulated process: runs all pending work, then forgets every device,
+/// stream, event, pool and allocation.
+/// @throws std::logic_error naming every allocation and handle that was still outstanding
+/// (the reset has happened all the same).
+/// @throws std::invalid_argument when the configuration is impossible.
+void reset(const device_config& config = {});
+
+/// @brief The configuration of the current simulated process.
+[[nodiscard]] device_config config();
+
+/// @brief Makes the n-th runtime call from now (1 = the next one) return error without doing
+/// anything. A sticky error (such as cudaErrorIllegalAddress) then poisons the context.
+/// @throws std::invalid_argument when n is 0 or error is cudaSuccess.
+void fail_call(std::size_t n, cudaError_t error);
+
+/// @brief Makes the nth call (1 = the next one) of the named runtime function return error.
+/// @throws std::invalid_argument when api is not a simulated function, nth is 0 or error is
+/// cudaSuccess.
+void fail_api(const char* api, std::size_t nth, cudaError_t error);
+
+/// @brief Cancels every fault injected by fail_call and fail_api that has not fired yet.
+void clear_faults();
+
+/// @brief Number of runtime calls since the last reset (error queries are not counted).
+[[nodiscard]] std::size_t call_count();
+
+/// @brief Number of calls of the named runtime function since the last reset.
+/// @throws std::invalid_argument when api is not a simulated function.
+[[nodiscard]] std::size_t call_count(const char* api);
+
+/// @brief Device and pinned host allocations not yet freed (a stream-ordered free counts once
+/// it is enqueued).
+[[nodiscard]] std::size_t outstanding_allocations();
+
+/// @brief Bytes of the allocations counted by outstanding_allocations().
+[[nodiscard]] std::size_t outstanding_bytes();
+
+/// @brief One line per outstanding allocation (pointer, bytes, pool, stream, call number) and
+/// per stream, event or pool created and not destroyed; empty when there are none.
+[[nodiscard]] std::string outstanding_report();
+
+/// @brief Host address of simulated device memory, for host functions (cudaLaunchHostFunc)
+/// that stand in for kernels. Device pointers are not host-dereferenceable, as on a GPU.
+/// @throws std::out_of_range when [device_ptr, device_ptr + bytes) is not inside memory that a
+/// device has reserved.
+[[nodiscard]] void* host_view(const void* device_ptr, std::size_t bytes);
+
+/// @brief Typed form of host_view for count elements.
+template <class T>
+[[nodiscard]] T* host_view(T* device_ptr, std::size_t count) {
+  return static_cast<T*>(host_view(static_cast<const void*>(device_ptr), count * sizeof(T)));
+}
+
+/// @brief Operations enqueued on streams of any device and not yet run (always 0 in eager mode).
+[[nodiscard]] std::size_t pending_operations();
+
+/// @brief The value of a byte of device memory after its allocation or its free has run.
+inline constexpr unsigned char poison_byte = 0xCD;
+
+}  // namespace cuscope::sim

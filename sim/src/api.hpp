@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: Apache-2.0
+// The runtime functions whose meaning depends on the default-stream mode. runtime.cpp defines
+// the legacy symbols and runtime_ptds.cpp the per-thread (_ptsz, _ptds) ones, both through these.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+namespace cuscope::sim::detail::api {
+
+cudaError_t memcpy(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind, bool ptds);
+cudaError_t memcpy_async(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind,
+                         cudaStream_t stream, bool ptds);
+cudaError_t memset(void* dst, int value, std::size_t count, bool ptds);
+cudaError_t memset_async(void* dst, int value, std::size_t count, cudaStream_t stream, bool ptds);
+cudaError_t stream_query(cudaStream_t stream, bool ptds);
+cudaError_t stream_synchronize(cudaStream_t stream, bool ptds);
+cudaError_t stream_get_flags(cudaStream_t stream, unsigned* flags, bool ptds);
+cudaError_t stream_get_priority(cudaStream_t stream, int* priority, bool ptds);
+cudaError_t stream_get_device(cudaStream_t stream, int* device, bool ptds);
+cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned flags, bool ptds);
+cudaError_t event_record(cudaEvent_t event, cudaStream_t stream, unsigned flags, bool ptds,
+                         const char* api);
+cudaError_t launch_host_func(cudaStream_t stream, cudaHostFn_t fn, void* data, bool ptds);
+cudaError_t malloc_async(void** ptr, std::size_t bytes, cudaStream_t stream, bool ptds);
+cudaError_t malloc_from_pool_async(void** ptr, std::size_t bytes, cudaMemPool_t pool,
+                                   cudaStream_t stream, bool ptds);
+cudaError_t free_async(void* ptr, cudaStream_t stream, bool ptds);
+
+}  // namespace cuscope::sim::detail::api
