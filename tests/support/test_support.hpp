@@ -6,7 +6,11 @@
 
 #include <cstddef>
 #include <exception>
+#include <map>
 #include <string>
+#include <vector>
+
+#include <cuscope/error.hpp>
 
 #include "catch.hpp"
 
@@ -67,6 +71,137 @@ class device_guard {
  private:
   int exceptions_;
 };
+
+#if CUSCOPE_TEST_SIMULATED
+
+/// The runtime functions cuscope calls, for fault sweeps.
+inline const std::vector<const char*>& runtime_functions() {
+  static const std::vector<const char*> names = {
+      "cudaGetDeviceCount",
+      "cudaGetDevice",
+      "cudaSetDevice",
+      "cudaGetDeviceProperties",
+      "cudaDeviceSynchronize",
+      "cudaMalloc",
+      "cudaHostAlloc",
+      "cudaMallocHost",
+      "cudaMemGetInfo",
+      "cudaMemcpy",
+      "cudaMemcpyAsync",
+      "cudaMemsetAsync",
+      "cudaMallocAsync",
+      "cudaMallocFromPoolAsync",
+      "cudaMemPoolCreate",
+      "cudaMemPoolSetAttribute",
+      "cudaMemPoolGetAttribute",
+      "cudaMemPoolTrimTo",
+      "cudaDeviceGetDefaultMemPool",
+      "cudaDeviceGetMemPool",
+      "cudaStreamCreateWithPriority",
+      "cudaStreamCreateWithFlags",
+      "cudaStreamSynchronize",
+      "cudaStreamQuery",
+      "cudaStreamWaitEvent",
+      "cudaStreamGetPriority",
+      "cudaStreamGetFlags",
+      "cudaLaunchHostFunc",
+      "cudaEventCreateWithFlags",
+      "cudaEventRecord",
+      "cudaEventSynchronize",
+      "cudaEventQuery",
+      "cudaHostRegister",
+  };
+  return names;
+}
+
+/// The point in a test where a fault sweep makes one runtime call fail. A clean run counts the
+/// calls the armed region makes; each faulty run fails one of them.
+class fault_point {
+ public:
+  fault_point() = default;  // the clean run
+  fault_point(std::string api, std::size_t nth, cudaError_t error)
+      : api_(std::move(api)), nth_(nth), error_(error) {}
+
+  /// Runs action with the fault armed. Returns true when action completed; when it threw, the
+  /// exception must be the injected error, as cuda_error or out_of_memory.
+  template <class Action>
+  bool run(Action&& action) {
+    arm();
+    try {
+      action();
+      disarm();
+      return true;
+    } catch (const cuscope::out_of_memory& e) {
+      disarm();
+      CHECK(fired());
+      CHECK(error_ == cudaErrorMemoryAllocation);
+      CHECK(std::string(e.what()).find("out of memory") != std::string::npos);
+    } catch (const cuscope::cuda_error& e) {
+      disarm();
+      CHECK(fired());
+      CHECK(e.status() == error_);
+      CHECK(std::string(e.what()).find(cudaGetErrorName(error_)) != std::string::npos);
+    }
+    return false;
+  }
+
+  /// Calls per runtime function in the armed region (the clean run).
+  const std::map<std::string, std::size_t>& calls() const { return calls_; }
+
+ private:
+  void arm() {
+    before_.clear();
+    for (const char* api : runtime_functions())
+      before_[api] = sim::call_count(api);
+    if (!api_.empty()) sim::fail_api(api_.c_str(), nth_, error_);
+  }
+  void disarm() {
+    sim::clear_faults();
+    if (!api_.empty()) return;
+    for (const char* api : runtime_functions()) {
+      const std::size_t n = sim::call_count(api) - before_[api];
+      if (n != 0) calls_[api] = n;
+    }
+  }
+  bool fired() const { return sim::call_count(api_.c_str()) >= before_.at(api_) + nth_; }
+
+  std::string api_;
+  std::size_t nth_ = 0;
+  cudaError_t error_ = cudaSuccess;
+  std::map<std::string, std::size_t> before_;
+  std::map<std::string, std::size_t> calls_;
+};
+
+/// Runs body(fault_point&) once cleanly, then once for every runtime call its armed region makes,
+/// with that call failing (as cudaErrorMemoryAllocation and as cudaErrorUnknown), each time on a
+/// fresh simulated device that must end with nothing outstanding. Calls that free or destroy are
+/// not failed: a failed free cannot give memory back. Returns the number of faulty runs.
+template <class Body>
+std::size_t fault_sweep(Body body, const device_setup& setup = {}) {
+  std::map<std::string, std::size_t> calls;
+  {
+    device_guard clean(setup);
+    fault_point point;
+    body(point);
+    calls = point.calls();
+  }
+  std::size_t runs = 0;
+  for (const auto& [api, count] : calls) {
+    for (std::size_t nth = 1; nth <= count; ++nth) {
+      for (const cudaError_t error : {cudaErrorMemoryAllocation, cudaErrorUnknown}) {
+        INFO(api << " call " << nth << " of " << count << " fails with "
+                 << cudaGetErrorName(error));
+        device_guard faulty(setup);
+        fault_point point(api, nth, error);
+        body(point);
+        ++runs;
+      }
+    }
+  }
+  return runs;
+}
+
+#endif
 
 /// Number of devices present (the simulated ones, or the real ones).
 inline int device_count() {

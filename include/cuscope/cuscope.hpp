@@ -1,0 +1,15 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief The whole core of cuscope: errors, devices, streams, pools, buffers, sessions and
+/// reports. Thrust support is separate, in <cuscope/thrust.hpp>.
+#pragma once
+
+#include "device.hpp"
+#include "device_buffer.hpp"
+#include "device_span.hpp"
+#include "error.hpp"
+#include "memory_pool.hpp"
+#include "pinned_buffer.hpp"
+#include "report.hpp"
+#include "session.hpp"
+#include "stream.hpp"

@@ -1,0 +1,454 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief Memory pools on the stream-ordered allocator: memory_pool owns a cudaMemPool_t,
+/// memory_pool_ref refers to one (the device's default pool among them).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "detail/config.hpp"
+#include "detail/format.hpp"
+#include "device.hpp"
+#include "error.hpp"
+#include "stream.hpp"
+
+namespace cuscope {
+
+/// @brief Reserved and used bytes of a pool, now and at their peak since the last reset.
+struct pool_stats {
+  std::size_t reserved_bytes = 0;       ///< Backing memory the pool holds from the driver.
+  std::size_t reserved_high_bytes = 0;  ///< Peak of reserved_bytes.
+  std::size_t used_bytes = 0;           ///< Memory behind live allocations.
+  std::size_t used_high_bytes = 0;      ///< Peak of used_bytes.
+};
+
+/// @brief When a pool may hand memory freed on one stream to an allocation on another
+/// (the cudaMemPoolReuse* attributes; CUDA enables all three by default).
+struct reuse_policy {
+  /// @brief Reuse a free that the allocating stream is ordered after through events.
+  bool follow_event_dependencies = true;
+  /// @brief Reuse a free that has already completed, without any ordering.
+  bool allow_opportunistic = true;
+  /// @brief Let CUDA make the allocating stream wait for the free.
+  bool allow_internal_dependencies = true;
+};
+
+/// @brief How a memory_pool is made.
+struct pool_options {
+  /// @brief Value of release_threshold_bytes that keeps all memory until trimmed.
+  static constexpr std::size_t keep_all = std::numeric_limits<std::size_t>::max();
+
+  /// @brief Device of the pool; -1 for the calling thread's current device.
+  int device = -1;
+  /// @brief Reserved memory the pool keeps across synchronizations; more is released at the
+  /// next stream, event or device synchronization. CUDA's default is 0, which makes memory go
+  /// back to the driver at every synchronization and reallocation slow; the default here keeps
+  /// everything until trim_to() or a session trims it.
+  std::size_t release_threshold_bytes = keep_all;
+  /// @brief Hard limit on reserved memory; 0 for none. Needs CUDA 12.2.
+  std::size_t max_bytes = 0;
+  /// @brief Memory reserved at construction (kept while it is within the release threshold).
+  std::size_t initial_bytes = 0;
+  /// @brief Cross-stream reuse.
+  reuse_policy reuse{};
+  /// @brief When an allocation fails, synchronize the pool's device, trim the pool and try once
+  /// more before throwing out_of_memory.
+  bool retry_after_trim = false;
+};
+
+class memory_pool;
+class memory_pool_ref;
+
+namespace detail {
+
+/// What memory_pool and memory_pool_ref share: every query and operation on a pool handle.
+template <class Derived>
+class pool_base {
+ public:
+  /// @brief The device the pool allocates on.
+  [[nodiscard]] int device() const noexcept { return self().device_; }
+  /// @brief The hard limit on reserved memory; 0 when there is none or it is not known.
+  [[nodiscard]] std::size_t max_bytes() const noexcept { return self().max_bytes_; }
+  /// @brief Whether a failed allocation is retried once after a synchronization and a trim.
+  [[nodiscard]] bool retries_after_trim() const noexcept { return self().retry_; }
+
+  /// @brief Current and peak reserved and used bytes.
+  [[nodiscard]] pool_stats stats() const {
+    pool_stats s;
+    s.reserved_bytes = get_u64(cudaMemPoolAttrReservedMemCurrent);
+    s.reserved_high_bytes = get_u64(cudaMemPoolAttrReservedMemHigh);
+    s.used_bytes = get_u64(cudaMemPoolAttrUsedMemCurrent);
+    s.used_high_bytes = get_u64(cudaMemPoolAttrUsedMemHigh);
+    return s;
+  }
+
+  /// @brief Starts the peaks of stats() again from the current values.
+  void reset_peaks() const {
+    set_u64(cudaMemPoolAttrReservedMemHigh, 0);
+    set_u64(cudaMemPoolAttrUsedMemHigh, 0);
+  }
+
+  /// @brief Reserved memory kept across synchronizations (cudaMemPoolAttrReleaseThreshold).
+  [[nodiscard]] std::size_t release_threshold() const {
+    return get_u64(cudaMemPoolAttrReleaseThreshold);
+  }
+
+  /// @brief Sets the reserved memory kept across synchronizations; pool_options::keep_all keeps
+  /// everything.
+  void set_release_threshold(std::size_t bytes) const {
+    set_u64(cudaMemPoolAttrReleaseThreshold, bytes);
+  }
+
+  /// @brief The cross-stream reuse policy.
+  [[nodiscard]] reuse_policy reuse() const {
+    reuse_policy r;
+    r.follow_event_dependencies = get_flag(cudaMemPoolReuseFollowEventDependencies);
+    r.allow_opportunistic = get_flag(cudaMemPoolReuseAllowOpportunistic);
+    r.allow_internal_dependencies = get_flag(cudaMemPoolReuseAllowInternalDependencies);
+    return r;
+  }
+
+  /// @brief Sets the cross-stream reuse policy.
+  void set_reuse(const reuse_policy& r) const {
+    set_flag(cudaMemPoolReuseFollowEventDependencies, r.follow_event_dependencies);
+    set_flag(cudaMemPoolReuseAllowOpportunistic, r.allow_opportunistic);
+    set_flag(cudaMemPoolReuseAllowInternalDependencies, r.allow_internal_dependencies);
+  }
+
+  /// @brief Releases unused reserved memory to the driver, keeping at least bytes reserved.
+  ///
+  /// Memory whose free has not completed cannot be released: synchronize the streams that freed
+  /// it first (a session does both).
+  void trim_to(std::size_t bytes) const {
+    CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolTrimTo(checked_handle(), bytes), describe());
+  }
+
+  /// @brief Allocates bytes from the pool, usable in stream order after this call. Enqueued on
+  /// stream; does not synchronize. Returns nullptr for 0 bytes.
+  /// @throws out_of_memory when the device or the pool's limit cannot hold the request.
+  [[nodiscard]] void* allocate(stream_ref stream, std::size_t bytes) const {
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
+    if (status == cudaSuccess) return p;
+    return allocate_failed(stream, bytes, status);
+  }
+
+  /// @brief Frees memory from allocate() in stream order: later work on stream may reuse it.
+  /// Enqueued on stream; does not synchronize. bytes is what was allocated (unused by CUDA).
+  void deallocate(stream_ref stream, void* ptr, std::size_t bytes) const {
+    (void)bytes;
+    if (ptr == nullptr) return;
+    CUSCOPE_DETAIL_TRY_FOR(cudaFreeAsync(ptr, stream.get()), describe());
+  }
+
+  /// @brief "pool 0x... on device 0" (or "the default pool of device 0"), for messages.
+  [[nodiscard]] std::string describe() const {
+    const Derived& d = self();
+    if (d.handle_ == nullptr) return "empty memory_pool";
+    cudaMemPool_t default_pool = nullptr;
+    if (cudaDeviceGetDefaultMemPool(&default_pool, d.device_) == cudaSuccess &&
+        default_pool == d.handle_)
+      return "the default pool of device " + std::to_string(d.device_);
+    (void)cudaGetLastError();
+    return "pool " + format_pointer(static_cast<const void*>(d.handle_)) + " on device " +
+           std::to_string(d.device_);
+  }
+
+ protected:
+  pool_base() = default;
+
+ private:
+  const Derived& self() const noexcept { return static_cast<const Derived&>(*this); }
+
+  cudaMemPool_t checked_handle() const {
+    const cudaMemPool_t h = self().handle_;
+    if (h == nullptr)
+      throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
+    return h;
+  }
+
+  std::size_t get_u64(cudaMemPoolAttr attr) const {
+    std::uint64_t value = 0;
+    CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolGetAttribute(checked_handle(), attr, &value), describe());
+    return value > std::numeric_limits<std::size_t>::max() ? std::numeric_limits<std::size_t>::max()
+                                                           : static_cast<std::size_t>(value);
+  }
+
+  void set_u64(cudaMemPoolAttr attr, std::size_t bytes) const {
+    std::uint64_t value = bytes == std::numeric_limits<std::size_t>::max()
+                              ? std::numeric_limits<std::uint64_t>::max()
+                              : static_cast<std::uint64_t>(bytes);
+    CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolSetAttribute(checked_handle(), attr, &value), describe());
+  }
+
+  bool get_flag(cudaMemPoolAttr attr) const {
+    int value = 0;
+    CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolGetAttribute(checked_handle(), attr, &value), describe());
+    return value != 0;
+  }
+
+  void set_flag(cudaMemPoolAttr attr, bool on) const {
+    int value = on ? 1 : 0;
+    CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolSetAttribute(checked_handle(), attr, &value), describe());
+  }
+
+  // The cold half of allocate(): the optional retry, then the exception.
+  CUSCOPE_DETAIL_COLD void* allocate_failed(stream_ref stream, std::size_t bytes,
+                                            cudaError_t status) const {
+    (void)cudaGetLastError();
+    if (status == cudaErrorMemoryAllocation && self().retry_) {
+      // Frees still in flight on any stream become reusable once they complete, and trimming
+      // returns what is unused so that a large request can be backed by one fresh block.
+      {
+        scoped_device on(self().device_);
+        CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), describe());
+      }
+      trim_to(0);
+      void* p = nullptr;
+      status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
+      if (status == cudaSuccess) return p;
+      (void)cudaGetLastError();
+    }
+    if (status == cudaErrorMemoryAllocation) throw out_of_memory(bytes, oom_message(bytes));
+    throw_cuda_error(status, "cudaMallocFromPoolAsync", __FILE__, __LINE__,
+                     describe() + ", " + format_bytes(bytes) + " on " + stream.describe());
+  }
+
+  CUSCOPE_DETAIL_COLD std::string oom_message(std::size_t bytes) const {
+    const Derived& d = self();
+    std::string m = "cuscope: out of memory: " + format_bytes(bytes) + " (" +
+                    std::to_string(bytes) + " bytes) requested from " + describe();
+    std::uint64_t reserved = 0;
+    std::uint64_t used = 0;
+    if (cudaMemPoolGetAttribute(d.handle_, cudaMemPoolAttrReservedMemCurrent, &reserved) ==
+            cudaSuccess &&
+        cudaMemPoolGetAttribute(d.handle_, cudaMemPoolAttrUsedMemCurrent, &used) == cudaSuccess) {
+      m += ", which holds " + format_bytes(static_cast<std::size_t>(reserved)) + " reserved (" +
+           format_bytes(static_cast<std::size_t>(used)) + " in use)";
+    }
+    (void)cudaGetLastError();
+    if (d.max_bytes_ != 0) {
+      m += " under a limit of " + format_bytes(d.max_bytes_);
+      if (bytes > d.max_bytes_) m += ", less than the request";
+    }
+    int previous = -1;
+    std::size_t free_bytes = 0;
+    std::size_t total = 0;
+    if (cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(d.device_) == cudaSuccess &&
+        cudaMemGetInfo(&free_bytes, &total) == cudaSuccess) {
+      m += "; the device has " + format_bytes(free_bytes) + " free of " + format_bytes(total);
+    }
+    if (previous >= 0) (void)cudaSetDevice(previous);
+    (void)cudaGetLastError();
+    return m;
+  }
+};
+
+}  // namespace detail
+
+/// @brief A non-owning reference to a memory pool. Trivially copyable.
+///
+/// It remembers the pool's device, its limit when known, and whether allocations retry after a
+/// trim; copies of a memory_pool's reference carry its settings.
+class memory_pool_ref : public detail::pool_base<memory_pool_ref> {
+ public:
+  /// @brief Refers to handle, a pool on device.
+  /// @throws std::invalid_argument for a null handle.
+  memory_pool_ref(cudaMemPool_t handle, int device, std::size_t max_bytes = 0,
+                  bool retry_after_trim = false)
+      : handle_(handle), device_(device), max_bytes_(max_bytes), retry_(retry_after_trim) {
+    if (handle == nullptr)
+      throw std::invalid_argument("cuscope::memory_pool_ref: null cudaMemPool_t");
+  }
+  memory_pool_ref(std::nullptr_t, int) = delete;
+
+  /// @brief The default pool of device, shared with every other library in the process. Read its
+  /// statistics and allocate from it; by convention do not change its attributes.
+  [[nodiscard]] static memory_pool_ref device_default(int device) {
+    detail::check_device(device, "cuscope::memory_pool_ref::device_default");
+    cudaMemPool_t handle = nullptr;
+    CUSCOPE_DETAIL_TRY_FOR(cudaDeviceGetDefaultMemPool(&handle, device),
+                           "device " + std::to_string(device));
+    return memory_pool_ref(handle, device);
+  }
+
+  /// @brief The pool cudaMallocAsync currently uses on device (cudaDeviceGetMemPool).
+  [[nodiscard]] static memory_pool_ref device_current(int device) {
+    detail::check_device(device, "cuscope::memory_pool_ref::device_current");
+    cudaMemPool_t handle = nullptr;
+    CUSCOPE_DETAIL_TRY_FOR(cudaDeviceGetMemPool(&handle, device),
+                           "device " + std::to_string(device));
+    return memory_pool_ref(handle, device);
+  }
+
+  /// @brief The raw handle.
+  [[nodiscard]] cudaMemPool_t handle() const noexcept { return handle_; }
+  /// @brief A copy that retries failed allocations once after a synchronization and a trim.
+  [[nodiscard]] memory_pool_ref with_retry_after_trim(bool retry = true) const noexcept {
+    memory_pool_ref r = *this;
+    r.retry_ = retry;
+    return r;
+  }
+
+  friend bool operator==(const memory_pool_ref& a, const memory_pool_ref& b) noexcept {
+    return a.handle_ == b.handle_;
+  }
+  friend bool operator!=(const memory_pool_ref& a, const memory_pool_ref& b) noexcept {
+    return a.handle_ != b.handle_;
+  }
+
+ private:
+  friend class detail::pool_base<memory_pool_ref>;
+  friend class memory_pool;
+
+  cudaMemPool_t handle_;
+  int device_;
+  std::size_t max_bytes_;
+  bool retry_;
+};
+
+/// @brief An owning memory pool: created with explicit settings, destroyed with the object.
+///
+/// Move-only; a moved-from pool is empty, destructible and assignable, and any other use of it
+/// throws std::logic_error. Destroying a pool whose allocations are still live is allowed: CUDA
+/// releases its memory once the last of them is freed.
+class memory_pool : public detail::pool_base<memory_pool> {
+ public:
+  /// @brief Creates a pool with options, on options.device (the current device by default).
+  /// @throws std::invalid_argument for an invalid device or inconsistent options;
+  /// out_of_memory when initial_bytes cannot be reserved; cuda_error when CUDA fails.
+  explicit memory_pool(const pool_options& options = {})
+      : max_bytes_(options.max_bytes), retry_(options.retry_after_trim) {
+    device_ = options.device < 0 ? current_device() : options.device;
+    detail::check_device(device_, "cuscope::memory_pool");
+    validate(options);
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device_;
+#if CUSCOPE_HAS_POOL_MAX_SIZE
+    props.maxSize = options.max_bytes;
+#endif
+    CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolCreate(&handle_, &props),
+                           "new memory_pool on device " + std::to_string(device_));
+    try {
+      set_release_threshold(options.release_threshold_bytes);
+      set_reuse(options.reuse);
+      if (options.initial_bytes != 0) reserve(options.initial_bytes);
+    } catch (...) {
+      destroy();
+      throw;
+    }
+  }
+
+  /// @brief Takes ownership of handle, a pool created on device (with max_bytes as its limit,
+  /// when it has one).
+  [[nodiscard]] static memory_pool adopt(cudaMemPool_t handle, int device,
+                                         std::size_t max_bytes = 0) {
+    if (handle == nullptr) throw std::invalid_argument("cuscope::memory_pool::adopt: null handle");
+    memory_pool p(handle, device, max_bytes);
+    return p;
+  }
+
+  memory_pool(const memory_pool&) = delete;
+  memory_pool& operator=(const memory_pool&) = delete;
+
+  memory_pool(memory_pool&& other) noexcept
+      : handle_(std::exchange(other.handle_, nullptr)),
+        device_(other.device_),
+        max_bytes_(other.max_bytes_),
+        retry_(other.retry_) {}
+
+  memory_pool& operator=(memory_pool&& other) noexcept {
+    if (this != &other) {
+      destroy();
+      handle_ = std::exchange(other.handle_, nullptr);
+      device_ = other.device_;
+      max_bytes_ = other.max_bytes_;
+      retry_ = other.retry_;
+    }
+    return *this;
+  }
+
+  /// @brief Destroys the pool; never throws.
+  ~memory_pool() {
+    destroy();
+  }
+
+  /// @brief The raw handle; nullptr when empty.
+  [[nodiscard]] cudaMemPool_t handle() const noexcept {
+    return handle_;
+  }
+  /// @brief True after a move or release().
+  [[nodiscard]] bool empty() const noexcept {
+    return handle_ == nullptr;
+  }
+  /// @brief Gives up ownership: the caller destroys the returned pool. Leaves this empty.
+  [[nodiscard]] cudaMemPool_t release() noexcept {
+    return std::exchange(handle_, nullptr);
+  }
+
+  /// @brief A non-owning reference carrying this pool's device, limit and retry setting.
+  /// @throws std::logic_error when empty.
+  [[nodiscard]] memory_pool_ref ref() const {
+    if (handle_ == nullptr)
+      throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
+    return memory_pool_ref(handle_, device_, max_bytes_, retry_);
+  }
+  /// @brief A non-owning reference; see ref().
+  operator memory_pool_ref() const {
+    return ref();
+  }  // NOLINT: implicit
+
+ private:
+  friend class detail::pool_base<memory_pool>;
+
+  memory_pool(cudaMemPool_t handle, int device, std::size_t max_bytes) noexcept
+      : handle_(handle), device_(device), max_bytes_(max_bytes) {}
+
+  static void validate(const pool_options& o) {
+#if !CUSCOPE_HAS_POOL_MAX_SIZE
+    if (o.max_bytes != 0)
+      throw std::invalid_argument("cuscope::memory_pool: max_bytes needs CUDA 12.2 or newer");
+#endif
+    if (o.max_bytes != 0 && o.initial_bytes > o.max_bytes)
+      throw std::invalid_argument("cuscope::memory_pool: initial_bytes (" +
+                                  std::to_string(o.initial_bytes) + ") exceeds max_bytes (" +
+                                  std::to_string(o.max_bytes) + ")");
+    if (o.initial_bytes > o.release_threshold_bytes)
+      throw std::invalid_argument(
+          "cuscope::memory_pool: initial_bytes (" + std::to_string(o.initial_bytes) +
+          ") exceeds release_threshold_bytes (" + std::to_string(o.release_threshold_bytes) +
+          "): the reserve would be released at the first synchronization");
+  }
+
+  // Backs bytes with memory now: allocate and free on the calling thread's default stream and
+  // wait, which leaves the memory reserved within the release threshold.
+  void reserve(std::size_t bytes) {
+    const stream_ref s = stream_ref::per_thread();
+    scoped_device on(device_);
+    void* p = allocate(s, bytes);
+    deallocate(s, p, bytes);
+    s.synchronize();
+  }
+
+  void destroy() noexcept {
+    if (handle_ != nullptr) (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaMemPoolDestroy(handle_));
+    handle_ = nullptr;
+  }
+
+  cudaMemPool_t handle_ = nullptr;
+  int device_ = 0;
+  std::size_t max_bytes_ = 0;
+  bool retry_ = false;
+};
+
+}  // namespace cuscope

@@ -1,0 +1,394 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief session: a scope guard around a piece of work (an epoch, a request, a test) that at its
+/// end synchronizes, checks for leaks, trims the pool back and reports what went back.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "detail/format.hpp"
+#include "detail/ledger.hpp"
+#include "device.hpp"
+#include "device_buffer.hpp"
+#include "error.hpp"
+#include "memory_pool.hpp"
+#include "stream.hpp"
+
+namespace cuscope {
+
+/// @brief What a session does when allocations it made are still live at its end.
+enum class leak_policy {
+  ignore,           ///< Nothing; the report still counts them.
+  report,           ///< Hand the report to session_options::leak_sink (stderr by default).
+  throw_exception,  ///< finish() throws session_leak_error (the destructor reports instead).
+  abort,            ///< Print the report to stderr and call std::abort().
+};
+
+/// @brief What a session measured, from its construction to its end.
+struct session_report {
+  std::string name;                            ///< session_options::name.
+  int device = 0;                              ///< The pool's device.
+  double seconds = 0;                          ///< Wall time.
+  std::size_t reserved_at_entry_bytes = 0;     ///< Pool reserve when the session began.
+  std::size_t reserved_at_finish_bytes = 0;    ///< Pool reserve when finish() began.
+  std::size_t reserved_at_exit_bytes = 0;      ///< Pool reserve after the trim.
+  std::size_t used_at_entry_bytes = 0;         ///< Pool memory in use when the session began.
+  std::size_t used_at_exit_bytes = 0;          ///< Pool memory in use at the end.
+  std::size_t peak_used_bytes = 0;             ///< Peak pool memory in use during the session.
+  std::size_t peak_reserved_bytes = 0;         ///< Peak pool reserve during the session.
+  std::size_t returned_bytes = 0;              ///< Reserve given back to the driver at the end.
+  std::size_t driver_free_at_entry_bytes = 0;  ///< Device free memory (cudaMemGetInfo) at entry.
+  std::size_t driver_free_at_exit_bytes = 0;   ///< Device free memory at the end.
+  std::size_t driver_total_bytes = 0;          ///< Device memory.
+  std::size_t tracked_peak_bytes = 0;          ///< Peak of live bytes made by make_buffer.
+  std::size_t leaked_allocations = 0;          ///< make_buffer allocations still live at the end.
+  std::size_t leaked_bytes = 0;                ///< Their bytes.
+  bool trimmed = false;                        ///< Whether the pool was trimmed.
+  bool unwinding = false;  ///< Whether the session ended while an exception unwound the stack.
+
+  /// @brief True when allocations made through the session outlived it.
+  [[nodiscard]] bool leaked() const noexcept { return leaked_allocations != 0; }
+
+  /// @brief A few readable lines with human units.
+  [[nodiscard]] std::string to_string() const {
+    using detail::format_bytes;
+    char time[32];
+    std::snprintf(time, sizeof time, "%.3f s", seconds);
+    std::string s = "session '" + (name.empty() ? std::string("unnamed") : name) + "' on device " +
+                    std::to_string(device) + ", " + time +
+                    (unwinding ? " (ended by an exception)" : "") + "\n";
+    s += "  peak in use " + format_bytes(peak_used_bytes) + ", peak reserved " +
+         format_bytes(peak_reserved_bytes) + "\n";
+    s += "  returned to the driver " + format_bytes(returned_bytes) + " (reserve " +
+         format_bytes(reserved_at_finish_bytes) + " -> " + format_bytes(reserved_at_exit_bytes) +
+         (trimmed ? ", trimmed" : ", not trimmed") + "; " + format_bytes(reserved_at_entry_bytes) +
+         " at entry)\n";
+    const bool gained = driver_free_at_exit_bytes >= driver_free_at_entry_bytes;
+    const std::size_t delta = gained ? driver_free_at_exit_bytes - driver_free_at_entry_bytes
+                                     : driver_free_at_entry_bytes - driver_free_at_exit_bytes;
+    s += "  device free " + format_bytes(driver_free_at_entry_bytes) + " at entry, " +
+         format_bytes(driver_free_at_exit_bytes) + " at exit (" + (gained ? "+" : "-") +
+         format_bytes(delta) + ") of " + format_bytes(driver_total_bytes) + "\n";
+    if (leaked())
+      s += "  LEAKED " + std::to_string(leaked_allocations) + " allocation" +
+           (leaked_allocations == 1 ? "" : "s") + ", " + format_bytes(leaked_bytes) + "\n";
+    else
+      s += "  no leaks\n";
+    return s;
+  }
+};
+
+/// @brief Thrown by session::finish() under leak_policy::throw_exception.
+class session_leak_error : public std::runtime_error {
+ public:
+  /// @brief An error carrying the session's report.
+  explicit session_leak_error(session_report report)
+      : std::runtime_error("cuscope: " + report.to_string()), report_(std::move(report)) {}
+  /// @brief The report of the leaking session.
+  [[nodiscard]] const session_report& report() const noexcept { return report_; }
+
+ private:
+  session_report report_;
+};
+
+/// @brief How a session behaves.
+struct session_options {
+  /// @brief Shown in reports and messages ("epoch 3").
+  std::string name;
+  /// @brief What to do when make_buffer allocations outlive the session.
+  leak_policy on_leak = leak_policy::report;
+  /// @brief Receives the report of a leaking session under leak_policy::report (and from the
+  /// destructor under throw_exception); stderr when empty.
+  std::function<void(const session_report&)> leak_sink;
+  /// @brief Receives every session's report when it ends, before the leak policy applies (to log
+  /// each epoch, for instance).
+  std::function<void(const session_report&)> on_finish;
+  /// @brief Whether the end trims the pool.
+  bool trim = true;
+  /// @brief Reserve to keep when trimming; by default what the pool held at entry.
+  std::optional<std::size_t> keep_bytes;
+  /// @brief Release threshold for the pool during the session, restored at the end.
+  std::optional<std::size_t> release_threshold_bytes;
+  /// @brief Limit on the live bytes of make_buffer allocations (and of those of nested sessions);
+  /// 0 for none. A request beyond it throws out_of_memory before CUDA is asked.
+  std::size_t budget_bytes = 0;
+  /// @brief More streams to synchronize at the end, besides the session's own.
+  std::vector<stream_ref> streams;
+  /// @brief Synchronize the whole device at the end instead of the streams.
+  bool synchronize_device = false;
+  /// @brief Start the pool's peak statistics afresh at entry, so the report's peaks are the
+  /// session's own (a nested session passes the earlier peaks on to its parent).
+  bool reset_peaks = true;
+};
+
+/// @brief A scope guard over a pool and a stream around a piece of work.
+///
+/// At construction it records the pool's statistics and the device's free memory. make_buffer
+/// allocates on the session's stream and pool and counts the allocation. finish() (or the
+/// destructor, also when an exception unwinds through the scope) synchronizes the session's
+/// streams, counts what was not freed, restores the release threshold it changed, trims the pool
+/// back to its reserve at entry, and returns a session_report.
+///
+/// Sessions nest: session(parent, options) works on the parent's pool and stream, counts its
+/// allocations and budget against the parent's as well, and passes its peaks on to it.
+/// Not copyable or movable; use it from one thread (make_buffer may be called from several).
+class session {
+ public:
+  /// @brief Begins a session on pool and stream.
+  /// @throws cuda_error when the pool's statistics cannot be read.
+  session(memory_pool_ref pool, stream_ref stream, session_options options = {})
+      : session(nullptr, pool, stream, std::move(options)) {}
+
+  /// @brief Begins a session named name, with the other options at their defaults.
+  session(memory_pool_ref pool, stream_ref stream, std::string name)
+      : session(nullptr, pool, stream, named(std::move(name))) {}
+
+  /// @brief Begins a session nested in parent, on its pool and stream.
+  /// @throws std::logic_error when parent has finished.
+  explicit session(session& parent, session_options options = {})
+      : session(&parent, parent.pool_, parent.stream_, std::move(options)) {}
+
+  /// @brief Begins a session named name nested in parent.
+  session(session& parent, std::string name)
+      : session(&parent, parent.pool_, parent.stream_, named(std::move(name))) {}
+
+  session(const session&) = delete;
+  session& operator=(const session&) = delete;
+  session(session&&) = delete;
+  session& operator=(session&&) = delete;
+
+  /// @brief Ends the session if finish() was not called; never throws (under throw_exception a
+  /// leak is reported to the sink instead).
+  ~session() {
+    if (!finished_) {
+      try {
+        (void)finish_impl(false);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw
+      }
+    }
+    // A restore that failed in finish() gets one more try.
+    if (saved_threshold_) restore_threshold_nothrow();
+    if (ledger_ != nullptr) ledger_->release();
+  }
+
+  /// @brief count uninitialized elements from the session's pool on its stream, counted by the
+  /// session (and its parents). Enqueued; does not synchronize.
+  /// @throws std::logic_error after finish(); out_of_memory when a budget or the pool refuses.
+  template <class T>
+  [[nodiscard]] device_buffer<T> make_buffer(std::size_t count) {
+    return make_buffer<T>(stream_, count);
+  }
+
+  /// @brief As make_buffer(count), on another stream (which the session should synchronize:
+  /// give it in session_options::streams).
+  template <class T>
+  [[nodiscard]] device_buffer<T> make_buffer(stream_ref stream, std::size_t count) {
+    if (finished_)
+      throw std::logic_error("cuscope::session '" + options_.name +
+                             "': make_buffer after the session finished");
+    return device_buffer<T>(stream, count, pool_, ledger_);
+  }
+
+  /// @brief Ends the session: synchronizes, counts leaks, restores the release threshold, trims,
+  /// applies the leak policy. A second call does nothing and returns the same report.
+  /// @throws cuda_error when synchronizing or trimming fails (after doing the rest);
+  /// session_leak_error under leak_policy::throw_exception.
+  const session_report& finish() { return finish_impl(true); }
+
+  /// @brief Whether the session has ended.
+  [[nodiscard]] bool finished() const noexcept { return finished_; }
+  /// @brief The session's pool.
+  [[nodiscard]] memory_pool_ref pool() const noexcept { return pool_; }
+  /// @brief The session's stream.
+  [[nodiscard]] stream_ref stream() const noexcept { return stream_; }
+  /// @brief session_options::name.
+  [[nodiscard]] const std::string& name() const noexcept { return options_.name; }
+  /// @brief make_buffer allocations (this session's and nested ones') still live.
+  [[nodiscard]] std::size_t live_allocations() const noexcept {
+    return ledger_ != nullptr ? ledger_->live_allocations() : report_.leaked_allocations;
+  }
+  /// @brief Their bytes.
+  [[nodiscard]] std::size_t live_bytes() const noexcept {
+    return ledger_ != nullptr ? ledger_->live_bytes() : report_.leaked_bytes;
+  }
+  /// @brief The report; complete once finished() is true.
+  [[nodiscard]] const session_report& report() const noexcept { return report_; }
+
+ private:
+  session(session* parent, memory_pool_ref pool, stream_ref stream, session_options options)
+      : parent_(parent), pool_(pool), stream_(stream), options_(std::move(options)) {
+    if (parent_ != nullptr && parent_->finished_)
+      throw std::logic_error("cuscope::session '" + options_.name + "': its parent session '" +
+                             parent_->options_.name + "' has finished");
+    exceptions_at_entry_ = std::uncaught_exceptions();
+    report_.name = options_.name;
+    report_.device = pool_.device();
+    const pool_stats entry = pool_.stats();
+    if (parent_ != nullptr) parent_->observe(entry.used_high_bytes, entry.reserved_high_bytes);
+    report_.reserved_at_entry_bytes = entry.reserved_bytes;
+    report_.used_at_entry_bytes = entry.used_bytes;
+    read_driver(report_.driver_free_at_entry_bytes);
+    if (options_.release_threshold_bytes) {
+      saved_threshold_ = pool_.release_threshold();
+      pool_.set_release_threshold(*options_.release_threshold_bytes);
+    }
+    try {
+      if (options_.reset_peaks) {
+        pool_.reset_peaks();
+        observe(entry.used_bytes, entry.reserved_bytes);
+      } else {
+        observe(entry.used_high_bytes, entry.reserved_high_bytes);
+      }
+      ledger_ = new detail::ledger(parent_ != nullptr ? parent_->ledger_ : nullptr,
+                                   options_.budget_bytes, options_.name);
+    } catch (...) {
+      if (saved_threshold_) restore_threshold_nothrow();
+      throw;
+    }
+    start_ = std::chrono::steady_clock::now();
+  }
+
+  static session_options named(std::string name) {
+    session_options o;
+    o.name = std::move(name);
+    return o;
+  }
+
+  void observe(std::size_t used_peak, std::size_t reserved_peak) noexcept {
+    if (used_peak > report_.peak_used_bytes) report_.peak_used_bytes = used_peak;
+    if (reserved_peak > report_.peak_reserved_bytes) report_.peak_reserved_bytes = reserved_peak;
+  }
+
+  void read_driver(std::size_t& free_bytes) {
+    scoped_device on(pool_.device());
+    std::size_t total = 0;
+    CUSCOPE_DETAIL_TRY_FOR(cudaMemGetInfo(&free_bytes, &total), "session '" + options_.name + "'");
+    report_.driver_total_bytes = total;
+  }
+
+  void restore_threshold_nothrow() noexcept {
+    std::uint64_t value = *saved_threshold_ == std::numeric_limits<std::size_t>::max()
+                              ? std::numeric_limits<std::uint64_t>::max()
+                              : static_cast<std::uint64_t>(*saved_threshold_);
+    if (CUSCOPE_CUDA_TRY_NOTHROW(cudaMemPoolSetAttribute(
+            pool_.handle(), cudaMemPoolAttrReleaseThreshold, &value)) == cudaSuccess)
+      saved_threshold_.reset();
+  }
+
+  void synchronize() {
+    if (options_.synchronize_device) {
+      scoped_device on(pool_.device());
+      CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), "session '" + options_.name + "'");
+      return;
+    }
+    stream_.synchronize();
+    for (const stream_ref s : options_.streams)
+      s.synchronize();
+  }
+
+  const session_report& finish_impl(bool may_throw) {
+    if (finished_) return report_;
+    finished_ = true;
+    report_.unwinding = std::uncaught_exceptions() > exceptions_at_entry_;
+    // Every step runs even when an earlier one failed: the pool must be trimmed and its settings
+    // restored whatever happened. The first error is rethrown at the end.
+    std::exception_ptr error;
+    const auto step = [&](auto&& f) {
+      try {
+        f();
+      } catch (...) {
+        if (!error) error = std::current_exception();
+      }
+    };
+    step([&] { report_.reserved_at_finish_bytes = pool_.stats().reserved_bytes; });
+    step([&] { synchronize(); });
+    step([&] {
+      const pool_stats s = pool_.stats();
+      observe(s.used_high_bytes, s.reserved_high_bytes);
+      report_.used_at_exit_bytes = s.used_bytes;
+      // Memory released at the synchronization by a low release threshold went back too.
+      report_.reserved_at_finish_bytes =
+          std::max(report_.reserved_at_finish_bytes, s.reserved_bytes);
+    });
+    report_.leaked_allocations = ledger_->live_allocations();
+    report_.leaked_bytes = ledger_->live_bytes();
+    report_.tracked_peak_bytes = ledger_->peak_bytes();
+    if (saved_threshold_) {
+      step([&] {
+        pool_.set_release_threshold(*saved_threshold_);
+        saved_threshold_.reset();
+      });
+    }
+    if (options_.trim) {
+      step([&] {
+        pool_.trim_to(options_.keep_bytes.value_or(report_.reserved_at_entry_bytes));
+        report_.trimmed = true;
+      });
+    }
+    step([&] {
+      report_.reserved_at_exit_bytes = pool_.stats().reserved_bytes;
+      report_.returned_bytes =
+          report_.reserved_at_finish_bytes > report_.reserved_at_exit_bytes
+              ? report_.reserved_at_finish_bytes - report_.reserved_at_exit_bytes
+              : 0;
+    });
+    step([&] { read_driver(report_.driver_free_at_exit_bytes); });
+    report_.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (parent_ != nullptr) parent_->observe(report_.peak_used_bytes, report_.peak_reserved_bytes);
+    ledger_->release();  // buffers that leaked keep the ledger alive for themselves
+    ledger_ = nullptr;
+    if (error && may_throw) std::rethrow_exception(error);
+    if (options_.on_finish) options_.on_finish(report_);
+    if (report_.leaked()) on_leak(may_throw);
+    return report_;
+  }
+
+  void on_leak(bool may_throw) {
+    switch (options_.on_leak) {
+      case leak_policy::ignore:
+        return;
+      case leak_policy::throw_exception:
+        if (may_throw && !report_.unwinding) throw session_leak_error(report_);
+        [[fallthrough]];
+      case leak_policy::report:
+        if (options_.leak_sink) {
+          options_.leak_sink(report_);
+        } else {
+          std::fprintf(stderr, "cuscope: %s", report_.to_string().c_str());
+        }
+        return;
+      case leak_policy::abort:
+        std::fprintf(stderr, "cuscope: %s", report_.to_string().c_str());
+        std::abort();
+    }
+  }
+
+  session* parent_;
+  memory_pool_ref pool_;
+  stream_ref stream_;
+  session_options options_;
+  detail::ledger* ledger_ = nullptr;
+  std::optional<std::size_t> saved_threshold_;
+  std::chrono::steady_clock::time_point start_;
+  int exceptions_at_entry_ = 0;
+  bool finished_ = false;
+  session_report report_;
+};
+
+}  // namespace cuscope

@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief Streams: stream_ref, a non-owning handle, and stream, an owning one.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "detail/format.hpp"
+#include "device.hpp"
+#include "error.hpp"
+
+namespace cuscope {
+
+class stream;
+
+namespace detail {
+
+// Types such as cuda::stream_ref and cuscope's own that hand out a cudaStream_t through get().
+template <class S, class = void>
+struct has_stream_get : std::false_type {};
+template <class S>
+struct has_stream_get<S, std::void_t<decltype(std::declval<const S&>().get())>>
+    : std::is_same<decltype(std::declval<const S&>().get()), cudaStream_t> {};
+
+}  // namespace detail
+
+/// @brief A non-owning handle to a CUDA stream. Trivially copyable; every member is noexcept.
+///
+/// Implicitly constructible from a cudaStream_t and from stream-reference types of other
+/// libraries that expose get() (such as cuda::stream_ref), and convertible to them. A literal 0
+/// or nullptr does not convert: name the legacy default stream with stream_ref::legacy().
+class stream_ref {
+ public:
+  /// @brief Refers to stream.
+  constexpr stream_ref(cudaStream_t stream) noexcept : stream_(stream) {}  // NOLINT: implicit
+  stream_ref(int) = delete;
+  stream_ref(std::nullptr_t) = delete;
+
+  /// @brief Refers to the stream another library's stream reference names.
+  template <class S, std::enable_if_t<detail::has_stream_get<S>::value &&
+                                          !std::is_same_v<std::decay_t<S>, stream_ref> &&
+                                          !std::is_same_v<std::decay_t<S>, stream>,
+                                      int> = 0>
+  constexpr stream_ref(const S& other) noexcept : stream_(other.get()) {}  // NOLINT: implicit
+
+  /// @brief Converts to another library's stream reference constructible from a cudaStream_t.
+  template <class S, std::enable_if_t<detail::has_stream_get<S>::value &&
+                                          std::is_constructible_v<S, cudaStream_t> &&
+                                          !std::is_same_v<S, stream_ref>,
+                                      int> = 0>
+  constexpr operator S() const noexcept {  // NOLINT: implicit
+    return S(stream_);
+  }
+
+  /// @brief The legacy default stream, which synchronizes with all blocking streams.
+  [[nodiscard]] static stream_ref legacy() noexcept { return {cudaStreamLegacy}; }
+  /// @brief The calling thread's per-thread default stream.
+  [[nodiscard]] static stream_ref per_thread() noexcept { return {cudaStreamPerThread}; }
+
+  /// @brief The raw handle.
+  [[nodiscard]] constexpr cudaStream_t get() const noexcept { return stream_; }
+  /// @brief The raw handle, for calls into the CUDA runtime.
+  constexpr operator cudaStream_t() const noexcept { return stream_; }  // NOLINT: implicit
+
+  /// @brief Blocks until all work enqueued on the stream has completed.
+  /// @throws cuda_error when the stream or work on it failed.
+  void synchronize() const { CUSCOPE_DETAIL_TRY_FOR(cudaStreamSynchronize(stream_), describe()); }
+
+  /// @brief True when all work enqueued on the stream has completed. Does not block.
+  [[nodiscard]] bool ready() const {
+    const cudaError_t status = cudaStreamQuery(stream_);
+    if (status == cudaErrorNotReady) return false;
+    CUSCOPE_DETAIL_TRY_FOR(status, describe());
+    return true;
+  }
+
+#if CUSCOPE_HAS_STREAM_GET_DEVICE
+  /// @brief The device the stream belongs to.
+  [[nodiscard]] int device() const {
+    int device = 0;
+    CUSCOPE_DETAIL_TRY_FOR(cudaStreamGetDevice(stream_, &device), describe());
+    return device;
+  }
+#endif
+
+  /// @brief "stream 0x...", "the legacy default stream" or "the per-thread default stream".
+  [[nodiscard]] std::string describe() const {
+    if (stream_ == nullptr || stream_ == cudaStreamLegacy) return "the legacy default stream";
+    if (stream_ == cudaStreamPerThread) return "the per-thread default stream";
+    return "stream " + detail::format_pointer(static_cast<const void*>(stream_));
+  }
+
+  friend constexpr bool operator==(stream_ref a, stream_ref b) noexcept {
+    return a.stream_ == b.stream_;
+  }
+  friend constexpr bool operator!=(stream_ref a, stream_ref b) noexcept {
+    return a.stream_ != b.stream_;
+  }
+
+ private:
+  cudaStream_t stream_;
+};
+
+/// @brief What a new stream looks like.
+struct stream_options {
+  /// @brief Device of the stream; -1 for the calling thread's current device.
+  int device = -1;
+  /// @brief cudaStreamNonBlocking (the default: no implicit synchronization with the legacy
+  /// default stream) or cudaStreamDefault.
+  unsigned flags = cudaStreamNonBlocking;
+  /// @brief Priority; lower numbers are higher priority. Clamped by CUDA to the device's range.
+  int priority = 0;
+};
+
+/// @brief An owning CUDA stream: created on construction, destroyed with the object.
+///
+/// Move-only; a moved-from stream is empty, destructible and assignable. Destruction does not
+/// wait: work still enqueued completes and CUDA then releases the stream.
+class stream {
+ public:
+  /// @brief Creates a stream on options.device (the current device by default); the current
+  /// device is unchanged afterwards.
+  /// @throws std::invalid_argument for a device that does not exist; cuda_error when CUDA fails.
+  explicit stream(const stream_options& options = {}) : flags_(options.flags) {
+    device_ = options.device < 0 ? current_device() : options.device;
+    detail::check_device(device_, "cuscope::stream");
+    scoped_device on(device_);
+    CUSCOPE_DETAIL_TRY_FOR(cudaStreamCreateWithPriority(&stream_, flags_, options.priority),
+                           "new stream on device " + std::to_string(device_));
+    (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaStreamGetPriority(stream_, &priority_));
+  }
+
+  /// @brief Takes ownership of handle, a stream created on device with the given flags.
+  [[nodiscard]] static stream adopt(cudaStream_t handle, int device,
+                                    unsigned flags = cudaStreamNonBlocking) {
+    if (handle == nullptr || handle == cudaStreamLegacy || handle == cudaStreamPerThread)
+      throw std::invalid_argument("cuscope::stream::adopt: a default stream cannot be owned");
+    stream s(handle, device, flags);
+    (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaStreamGetPriority(handle, &s.priority_));
+    return s;
+  }
+
+  stream(const stream&) = delete;
+  stream& operator=(const stream&) = delete;
+
+  stream(stream&& other) noexcept
+      : stream_(std::exchange(other.stream_, nullptr)),
+        device_(other.device_),
+        flags_(other.flags_),
+        priority_(other.priority_) {}
+
+  stream& operator=(stream&& other) noexcept {
+    if (this != &other) {
+      destroy();
+      stream_ = std::exchange(other.stream_, nullptr);
+      device_ = other.device_;
+      flags_ = other.flags_;
+      priority_ = other.priority_;
+    }
+    return *this;
+  }
+
+  /// @brief Destroys the stream; never throws.
+  ~stream() { destroy(); }
+
+  /// @brief The raw handle; nullptr when empty.
+  [[nodiscard]] cudaStream_t get() const noexcept { return stream_; }
+  /// @brief Gives up ownership: the caller destroys the returned handle. Leaves this empty.
+  [[nodiscard]] cudaStream_t release() noexcept { return std::exchange(stream_, nullptr); }
+  /// @brief True after a move or release().
+  [[nodiscard]] bool empty() const noexcept { return stream_ == nullptr; }
+
+  /// @brief A non-owning reference.
+  /// @throws std::logic_error when empty: an empty handle would mean the legacy default stream.
+  [[nodiscard]] stream_ref ref() const {
+    if (stream_ == nullptr)
+      throw std::logic_error("cuscope::stream: use of an empty (moved-from or released) stream");
+    return stream_ref(stream_);
+  }
+  /// @brief A non-owning reference; see ref().
+  operator stream_ref() const { return ref(); }  // NOLINT: implicit
+
+  /// @brief The device the stream belongs to.
+  [[nodiscard]] int device() const noexcept { return device_; }
+  /// @brief The creation flags.
+  [[nodiscard]] unsigned flags() const noexcept { return flags_; }
+  /// @brief The priority CUDA gave the stream.
+  [[nodiscard]] int priority() const noexcept { return priority_; }
+
+  /// @brief Blocks until all work enqueued on the stream has completed.
+  void synchronize() const { ref().synchronize(); }
+  /// @brief True when all work enqueued on the stream has completed. Does not block.
+  [[nodiscard]] bool ready() const { return ref().ready(); }
+
+ private:
+  stream(cudaStream_t handle, int device, unsigned flags) noexcept
+      : stream_(handle), device_(device), flags_(flags) {}
+
+  void destroy() noexcept {
+    // cudaStreamDestroy does not depend on the current device.
+    if (stream_ != nullptr) (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaStreamDestroy(stream_));
+    stream_ = nullptr;
+  }
+
+  cudaStream_t stream_ = nullptr;
+  int device_ = 0;
+  unsigned flags_ = cudaStreamNonBlocking;
+  int priority_ = 0;
+};
+
+}  // namespace cuscope

@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <cuscope/memory_pool.hpp>
+#include <cuscope/stream.hpp>
+#include <limits>
+#include <new>
+#include <optional>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+#include "test_support.hpp"
+
+using cuscope::memory_pool;
+using cuscope::memory_pool_ref;
+using cuscope::pool_options;
+using cuscope::test::contains;
+using cuscope::test::device_guard;
+
+static_assert(!std::is_copy_constructible_v<memory_pool>);
+static_assert(!std::is_copy_assignable_v<memory_pool>);
+static_assert(std::is_nothrow_move_constructible_v<memory_pool>);
+static_assert(std::is_nothrow_move_assignable_v<memory_pool>);
+static_assert(std::is_nothrow_destructible_v<memory_pool>);
+static_assert(std::is_trivially_copyable_v<memory_pool_ref>);
+static_assert(!std::is_constructible_v<memory_pool_ref, std::nullptr_t, int>);
+static_assert(std::is_convertible_v<const memory_pool&, memory_pool_ref>);
+
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+}  // namespace
+
+TEST_CASE("memory_pool: a new pool keeps its memory across synchronization until trimmed",
+          "[memory_pool]") {
+  device_guard device;
+  memory_pool pool;
+  CHECK(pool.device() == 0);
+  CHECK(pool.release_threshold() == pool_options::keep_all);
+  cuscope::stream s;
+  void* p = pool.allocate(s, 32 * MiB);
+  REQUIRE(p != nullptr);
+  pool.deallocate(s, p, 32 * MiB);
+  s.synchronize();
+  CHECK(pool.stats().reserved_bytes >= 32 * MiB);
+  pool.trim_to(0);
+  CHECK(pool.stats().reserved_bytes == 0);
+}
+
+TEST_CASE("memory_pool: trim_to keeps at least the requested bytes", "[memory_pool]") {
+  device_guard device;
+  memory_pool pool;
+  cuscope::stream s;
+  void* blocks[4];
+  for (void*& p : blocks)
+    p = pool.allocate(s, 16 * MiB);
+  for (void* p : blocks)
+    pool.deallocate(s, p, 16 * MiB);
+  s.synchronize();
+  const std::size_t reserved = pool.stats().reserved_bytes;
+  REQUIRE(reserved >= 64 * MiB);
+  pool.trim_to(20 * MiB);
+  const std::size_t kept = pool.stats().reserved_bytes;
+  CHECK(kept >= 20 * MiB);
+  CHECK(kept < reserved);
+}
+
+TEST_CASE("memory_pool: stats count used and reserved bytes and reset_peaks restarts the peaks",
+          "[memory_pool]") {
+  device_guard device;
+  memory_pool pool;
+  cuscope::stream s;
+  void* a = pool.allocate(s, 4 * MiB);
+  void* b = pool.allocate(s, 4 * MiB);
+  cuscope::pool_stats st = pool.stats();
+  CHECK(st.used_bytes == 8 * MiB);
+  CHECK(st.reserved_bytes >= 8 * MiB);
+  pool.deallocate(s, b, 4 * MiB);
+  st = pool.stats();
+  CHECK(st.used_bytes == 4 * MiB);
+  CHECK(st.used_high_bytes == 8 * MiB);
+  pool.reset_peaks();
+  st = pool.stats();
+  CHECK(st.used_high_bytes == 4 * MiB);
+  CHECK(st.reserved_high_bytes == st.reserved_bytes);
+  pool.deallocate(s, a, 4 * MiB);
+  s.synchronize();
+}
+
+TEST_CASE("memory_pool: the release threshold decides what a synchronization gives back",
+          "[memory_pool]") {
+  device_guard device;
+  pool_options o;
+  o.release_threshold_bytes = 0;
+  memory_pool pool(o);
+  CHECK(pool.release_threshold() == 0);
+  cuscope::stream s;
+  pool.deallocate(s, pool.allocate(s, 8 * MiB), 8 * MiB);
+  s.synchronize();
+  CHECK(pool.stats().reserved_bytes == 0);
+  pool.set_release_threshold(64 * MiB);
+  CHECK(pool.release_threshold() == 64 * MiB);
+  pool.deallocate(s, pool.allocate(s, 8 * MiB), 8 * MiB);
+  s.synchronize();
+  CHECK(pool.stats().reserved_bytes >= 8 * MiB);
+}
+
+TEST_CASE("memory_pool: initial_bytes are reserved at construction", "[memory_pool]") {
+  device_guard device;
+  pool_options o;
+  o.initial_bytes = 64 * MiB;
+  memory_pool pool(o);
+  const cuscope::pool_stats st = pool.stats();
+  CHECK(st.reserved_bytes >= 64 * MiB);
+  CHECK(st.used_bytes == 0);
+}
+
+TEST_CASE("memory_pool: the reuse policy is set and read back", "[memory_pool]") {
+  device_guard device;
+  pool_options o;
+  o.reuse.allow_internal_dependencies = false;
+  memory_pool pool(o);
+  cuscope::reuse_policy r = pool.reuse();
+  CHECK(r.follow_event_dependencies);
+  CHECK(r.allow_opportunistic);
+  CHECK_FALSE(r.allow_internal_dependencies);
+  r.allow_opportunistic = false;
+  pool.set_reuse(r);
+  CHECK_FALSE(pool.reuse().allow_opportunistic);
+}
+
+TEST_CASE("memory_pool: inconsistent options and invalid devices are refused", "[memory_pool]") {
+  device_guard device;
+  pool_options o;
+  o.initial_bytes = 64 * MiB;
+  o.release_threshold_bytes = 32 * MiB;
+  CHECK_THROWS_WITH(memory_pool(o), contains("exceeds release_threshold_bytes"));
+#if CUSCOPE_HAS_POOL_MAX_SIZE
+  o.release_threshold_bytes = pool_options::keep_all;
+  o.max_bytes = 16 * MiB;
+  CHECK_THROWS_WITH(memory_pool(o), contains("exceeds max_bytes"));
+#endif
+  pool_options bad;
+  bad.device = 5;
+  CHECK_THROWS_WITH(memory_pool(bad), contains("device 5 is not valid"));
+  CHECK_THROWS_AS(memory_pool(bad), std::invalid_argument);
+}
+
+#if CUSCOPE_HAS_POOL_MAX_SIZE
+TEST_CASE("memory_pool: max_bytes is a hard limit and the failure explains the pool",
+          "[memory_pool]") {
+  device_guard device;
+  pool_options o;
+  o.max_bytes = 64 * MiB;
+  memory_pool pool(o);
+  CHECK(pool.max_bytes() == 64 * MiB);
+  cuscope::stream s;
+  void* a = pool.allocate(s, 48 * MiB);
+  try {
+    (void)pool.allocate(s, 32 * MiB);
+    FAIL("no exception");
+  } catch (const cuscope::out_of_memory& e) {
+    CHECK(e.requested_bytes() == 32 * MiB);
+    const std::string what = e.what();
+    CHECK_THAT(what, contains("32.00 MiB"));
+    CHECK_THAT(what, contains("on device 0"));
+    CHECK_THAT(what, contains("48.00 MiB in use"));
+    CHECK_THAT(what, contains("limit of 64.00 MiB"));
+    CHECK_THAT(what, contains("free of"));
+  }
+  CHECK(cudaGetLastError() == cudaSuccess);
+  CHECK_THROWS_WITH((void)pool.allocate(s, 128 * MiB), contains("less than the request"));
+  pool.deallocate(s, a, 48 * MiB);
+  s.synchronize();
+}
+
+TEST_CASE("memory_pool: retry_after_trim recovers memory freed on another stream",
+          "[memory_pool]") {
+  device_guard device;
+  pool_options o;
+  o.max_bytes = 64 * MiB;
+  // No cross-stream reuse before the free has run: only a synchronization frees the memory.
+  o.reuse = {false, true, false};
+  SECTION("without the retry the allocation fails") {
+    memory_pool pool(o);
+    cuscope::stream a;
+    cuscope::stream b;
+    pool.deallocate(a, pool.allocate(a, 48 * MiB), 48 * MiB);
+    void* p = nullptr;
+    if (cuscope::test::simulated) {
+      CHECK_THROWS_AS(p = pool.allocate(b, 48 * MiB), cuscope::out_of_memory);
+    }
+    a.synchronize();
+    if (p != nullptr) pool.deallocate(b, p, 48 * MiB);
+    b.synchronize();
+  }
+  SECTION("with it the allocation succeeds") {
+    o.retry_after_trim = true;
+    memory_pool pool(o);
+    CHECK(pool.retries_after_trim());
+    CHECK(pool.ref().retries_after_trim());
+    cuscope::stream a;
+    cuscope::stream b;
+    pool.deallocate(a, pool.allocate(a, 48 * MiB), 48 * MiB);
+    void* p = pool.allocate(b, 48 * MiB);
+    CHECK(p != nullptr);
+    pool.deallocate(b, p, 48 * MiB);
+    b.synchronize();
+  }
+}
+#endif
+
+TEST_CASE("memory_pool: out_of_memory from the device says what the device had free",
+          "[memory_pool]") {
+  device_guard device;
+  memory_pool pool;
+  cuscope::stream s;
+  std::size_t free_bytes = 0;
+  std::size_t total = 0;
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total) == cudaSuccess);
+  try {
+    (void)pool.allocate(s, total + 64 * MiB);
+    FAIL("no exception");
+  } catch (const std::bad_alloc& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, contains("requested from pool 0x"));
+    CHECK_THAT(what, contains("the device has"));
+  }
+  CHECK(pool.stats().reserved_bytes == 0);
+}
+
+TEST_CASE("memory_pool: zero bytes allocate nothing and a null pointer frees nothing",
+          "[memory_pool]") {
+  device_guard device;
+  memory_pool pool;
+  cuscope::stream s;
+  CHECK(pool.allocate(s, 0) == nullptr);
+  CHECK_NOTHROW(pool.deallocate(s, nullptr, 0));
+  CHECK(pool.stats().used_bytes == 0);
+}
+
+TEST_CASE("memory_pool: a moved-from pool is empty and every use of it throws", "[memory_pool]") {
+  device_guard device;
+  memory_pool a;
+  const cudaMemPool_t handle = a.handle();
+  memory_pool b(std::move(a));
+  CHECK(b.handle() == handle);
+  CHECK(a.empty());  // NOLINT(bugprone-use-after-move): the moved-from state is the point
+  cuscope::stream s;
+  CHECK_THROWS_WITH(a.stats(), contains("empty (moved-from or released) pool"));
+  CHECK_THROWS_AS(a.trim_to(0), std::logic_error);
+  CHECK_THROWS_AS((void)a.allocate(s, 16), std::logic_error);
+  CHECK_THROWS_AS(a.ref(), std::logic_error);
+  CHECK(a.describe() == "empty memory_pool");
+  a = std::move(b);
+  CHECK(a.handle() == handle);
+}
+
+TEST_CASE("memory_pool: release hands the pool over and adopt takes one", "[memory_pool]") {
+  device_guard device;
+  memory_pool a;
+  const cudaMemPool_t raw = a.release();
+  CHECK(a.empty());
+  memory_pool b = memory_pool::adopt(raw, 0);
+  CHECK(b.handle() == raw);
+  CHECK(b.stats().used_bytes == 0);
+  CHECK_THROWS_AS(memory_pool::adopt(nullptr, 0), std::invalid_argument);
+}
+
+TEST_CASE("memory_pool_ref: device_default refers to the shared default pool", "[memory_pool]") {
+  device_guard device;
+  const memory_pool_ref def = memory_pool_ref::device_default(0);
+  cudaMemPool_t raw = nullptr;
+  REQUIRE(cudaDeviceGetDefaultMemPool(&raw, 0) == cudaSuccess);
+  CHECK(def.handle() == raw);
+  CHECK(def.describe() == "the default pool of device 0");
+  CHECK(memory_pool_ref::device_current(0) == def);
+  CHECK(def.release_threshold() == 0);  // CUDA's default, left alone
+  CHECK_THROWS_WITH(memory_pool_ref::device_default(9), contains("device 9 is not valid"));
+  CHECK_THROWS_AS(memory_pool_ref(static_cast<cudaMemPool_t>(nullptr), 0), std::invalid_argument);
+}
+
+TEST_CASE("memory_pool_ref: a reference carries the owner's device, limit and retry setting",
+          "[memory_pool]") {
+  device_guard device;
+  pool_options o;
+  o.retry_after_trim = true;
+  memory_pool pool(o);
+  const memory_pool_ref r = pool;
+  CHECK(r.handle() == pool.handle());
+  CHECK(r.device() == pool.device());
+  CHECK(r.retries_after_trim());
+  CHECK_FALSE(r.with_retry_after_trim(false).retries_after_trim());
+  CHECK_THAT(r.describe(), contains("pool 0x"));
+}
+
+TEST_CASE("memory_pool: a pool on another device leaves the current device alone",
+          "[memory_pool]") {
+  device_guard device({2});
+  if (cuscope::test::device_count() < 2) return;
+  pool_options o;
+  o.device = 1;
+  o.initial_bytes = 8 * MiB;
+  memory_pool pool(o);
+  CHECK(pool.device() == 1);
+  CHECK(cuscope::current_device() == 0);
+  cuscope::stream_options so;
+  so.device = 1;
+  cuscope::stream s(so);
+  void* p = pool.allocate(s, MiB);
+  cudaPointerAttributes attr{};
+  REQUIRE(cudaPointerGetAttributes(&attr, p) == cudaSuccess);
+  CHECK(attr.device == 1);
+  pool.deallocate(s, p, MiB);
+  s.synchronize();
+}
+
+#if CUSCOPE_TEST_SIMULATED
+
+TEST_CASE("memory_pool: a failing runtime call during construction leaves nothing allocated",
+          "[memory_pool][sim]") {
+  const std::size_t runs = cuscope::test::fault_sweep([](cuscope::test::fault_point& fault) {
+    pool_options o;
+    o.initial_bytes = 8 * MiB;
+    o.reuse.allow_opportunistic = false;
+    std::optional<memory_pool> pool;
+    if (fault.run([&] { pool.emplace(o); })) {
+      CHECK(pool->stats().used_bytes == 0);
+    }
+  });
+  CHECK(runs > 10);
+}
+
+TEST_CASE(
+    "memory_pool: a failing runtime call during an allocation or a trim leaves the pool "
+    "usable",
+    "[memory_pool][sim]") {
+  const std::size_t runs = cuscope::test::fault_sweep([](cuscope::test::fault_point& fault) {
+    pool_options o;
+    o.retry_after_trim = true;
+    memory_pool pool(o);
+    cuscope::stream s;
+    void* p = nullptr;
+    (void)fault.run([&] {
+      p = pool.allocate(s, 4 * MiB);
+      pool.trim_to(0);
+      (void)pool.stats();
+    });
+    if (p != nullptr) pool.deallocate(s, p, 4 * MiB);
+    void* q = pool.allocate(s, MiB);
+    pool.deallocate(s, q, MiB);
+    s.synchronize();
+  });
+  CHECK(runs > 4);
+}
+
+#endif

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <cuscope/device_buffer.hpp>
+#include <cuscope/memory_pool.hpp>
+#include <cuscope/report.hpp>
+#include <stdexcept>
+#include <string>
+
+#include "test_support.hpp"
+
+using cuscope::memory_pool;
+using cuscope::memory_report;
+using cuscope::named_pool;
+using cuscope::test::contains;
+using cuscope::test::device_guard;
+
+namespace {
+constexpr std::size_t MiB = std::size_t{1} << 20;
+}  // namespace
+
+TEST_CASE("report: the driver's view is reconciled with what each pool holds", "[report]") {
+  device_guard device;
+  memory_pool activations;
+  memory_pool weights;
+  cuscope::stream s;
+  cuscope::device_buffer<char> a(s, 64 * MiB, activations);
+  { cuscope::device_buffer<char> gone(s, 32 * MiB, activations); }
+  cuscope::device_buffer<char> w(s, 16 * MiB, weights);
+  s.synchronize();
+  const auto r =
+      memory_report(0, named_pool{"activations", activations}, named_pool{"weights", weights});
+  REQUIRE(r.pools.size() == 3);
+  CHECK(r.pools[0].name == "activations");
+  CHECK(r.pools[0].used_bytes == 64 * MiB);
+  CHECK(r.pools[0].reserved_bytes >= 96 * MiB);
+  CHECK(r.pools[0].cached_bytes() == r.pools[0].reserved_bytes - 64 * MiB);
+  CHECK(r.pools[1].name == "weights");
+  CHECK(r.pools[1].used_bytes == 16 * MiB);
+  CHECK(r.pools[2].name == "default pool");
+  CHECK(r.pools[2].is_default);
+  std::size_t free_bytes = 0;
+  std::size_t total = 0;
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total) == cudaSuccess);
+  CHECK(r.total_bytes == total);
+  CHECK(r.taken_bytes() == r.pool_reserved_bytes() + r.other_bytes());
+  CHECK(r.other_bytes() > 0);  // the context at least
+  const std::string table = r.to_string();
+  CHECK_THAT(table, contains("activations"));
+  CHECK_THAT(table, contains("64.00 MiB"));
+  CHECK_THAT(table, contains("default pool"));
+  CHECK_THAT(table, contains("other (context, cudaMalloc, others)"));
+}
+
+TEST_CASE("report: unnamed pools are numbered and cudaMalloc memory counts as other", "[report]") {
+  device_guard device;
+  memory_pool pool;
+  const auto before = memory_report(0, pool);
+  REQUIRE(before.pools.size() == 2);
+  CHECK(before.pools[0].name == "pool 1");
+  void* raw = nullptr;
+  REQUIRE(cudaMalloc(&raw, 64 * MiB) == cudaSuccess);
+  const auto after = memory_report(0, pool);
+  CHECK(after.other_bytes() >= before.other_bytes() + 64 * MiB);
+  REQUIRE(cudaFree(raw) == cudaSuccess);
+  const auto none = memory_report(0);
+  REQUIRE(none.pools.size() == 1);
+  CHECK(none.pools[0].is_default);
+}
+
+TEST_CASE("report: listing the default pool does not list it twice", "[report]") {
+  device_guard device;
+  const auto r =
+      memory_report(0, named_pool{"shared", cuscope::memory_pool_ref::device_default(0)});
+  REQUIRE(r.pools.size() == 1);
+  CHECK(r.pools[0].name == "shared");
+  CHECK(r.pools[0].is_default);
+}
+
+TEST_CASE("report: an invalid device or a pool of another device is refused", "[report]") {
+  device_guard device({2});
+  CHECK_THROWS_WITH(memory_report(7), contains("device 7 is not valid"));
+  if (cuscope::test::device_count() < 2) return;
+  cuscope::pool_options o;
+  o.device = 1;
+  memory_pool other(o);
+  CHECK_THROWS_WITH(memory_report(0, other), contains("is not a pool of device 0"));
+  CHECK(memory_report(1, other).pools.size() == 2);
+}

@@ -1,0 +1,403 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <cuscope/memory_pool.hpp>
+#include <cuscope/session.hpp>
+#include <cuscope/stream.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "test_support.hpp"
+
+using cuscope::device_buffer;
+using cuscope::leak_policy;
+using cuscope::memory_pool;
+using cuscope::session;
+using cuscope::session_options;
+using cuscope::session_report;
+using cuscope::stream;
+using cuscope::test::contains;
+using cuscope::test::device_guard;
+
+static_assert(!std::is_copy_constructible_v<session>);
+static_assert(!std::is_move_constructible_v<session>);
+static_assert(std::is_nothrow_destructible_v<session>);
+
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+std::size_t device_free() {
+  std::size_t free_bytes = 0;
+  std::size_t total = 0;
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total) == cudaSuccess);
+  return free_bytes;
+}
+
+void set_flag(void* flag) {
+  *static_cast<bool*>(flag) = true;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "session: at its end the pool goes back to its reserve at entry and the report says "
+    "what was returned",
+    "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  const std::size_t free_before = device_free();
+  session_report report;
+  {
+    session epoch(pool, s, "epoch 1");
+    {
+      device_buffer<float> a = epoch.make_buffer<float>(16 * MiB);
+      device_buffer<float> b = epoch.make_buffer<float>(8 * MiB);
+      CHECK(epoch.live_allocations() == 2);
+      CHECK(epoch.live_bytes() == 96 * MiB);
+    }
+    CHECK(epoch.live_allocations() == 0);
+    // The frees are still in flight here: finish() must wait for them before it trims.
+    report = epoch.finish();
+  }
+  CHECK(report.name == "epoch 1");
+  CHECK(report.reserved_at_entry_bytes == 0);
+  CHECK(report.reserved_at_finish_bytes >= 96 * MiB);
+  CHECK(report.reserved_at_exit_bytes == 0);
+  CHECK(report.returned_bytes == report.reserved_at_finish_bytes);
+  CHECK(report.trimmed);
+  CHECK_FALSE(report.leaked());
+  CHECK(report.driver_free_at_entry_bytes == free_before);
+  CHECK(report.driver_free_at_exit_bytes == free_before);
+  CHECK(device_free() == free_before);
+  CHECK(pool.stats().reserved_bytes == 0);
+  CHECK(report.seconds >= 0);
+  const std::string text = report.to_string();
+  CHECK_THAT(text, contains("session 'epoch 1'"));
+  CHECK_THAT(text, contains("returned to the driver 96.00 MiB"));
+  CHECK_THAT(text, contains("no leaks"));
+}
+
+TEST_CASE("session: the peaks are those of the session, not of the pool's past", "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  pool.deallocate(s, pool.allocate(s, 128 * MiB), 128 * MiB);
+  s.synchronize();
+  session work(pool, s);
+  { auto b = work.make_buffer<char>(16 * MiB); }
+  const session_report& r = work.finish();
+  CHECK(r.peak_used_bytes == 16 * MiB);
+  CHECK(r.tracked_peak_bytes == 16 * MiB);
+  CHECK(r.peak_reserved_bytes >= 128 * MiB);  // the reserve was there all along
+  CHECK(r.reserved_at_entry_bytes >= 128 * MiB);
+  CHECK(r.reserved_at_exit_bytes == r.reserved_at_entry_bytes);  // trimmed back to entry only
+}
+
+TEST_CASE("session: allocations that outlive the session are counted and reported", "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  std::vector<session_report> seen;
+  session_options o;
+  o.name = "leaky";
+  o.leak_sink = [&](const session_report& r) { seen.push_back(r); };
+  device_buffer<int> escaped;
+  {
+    session work(pool, s, o);
+    escaped = work.make_buffer<int>(1000);
+    auto kept = work.make_buffer<int>(10);
+    (void)kept;
+  }
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].leaked_allocations == 1);
+  CHECK(seen[0].leaked_bytes == 4000);
+  CHECK(seen[0].used_at_exit_bytes >= 4000);
+  CHECK_THAT(seen[0].to_string(), contains("LEAKED 1 allocation, 3.91 KiB"));
+  CHECK(escaped.size() == 1000);  // still usable after the session is gone
+  escaped = device_buffer<int>();
+  CHECK(pool.stats().used_bytes == 0);
+}
+
+TEST_CASE("session: leak_policy::throw_exception makes finish throw with the report", "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.on_leak = leak_policy::throw_exception;
+  device_buffer<char> escaped;
+  session work(pool, s, o);
+  escaped = work.make_buffer<char>(MiB);
+  try {
+    (void)work.finish();
+    FAIL("no exception");
+  } catch (const cuscope::session_leak_error& e) {
+    CHECK(e.report().leaked_allocations == 1);
+    CHECK(e.report().leaked_bytes == MiB);
+    CHECK_THAT(std::string(e.what()), contains("LEAKED"));
+  }
+  CHECK(work.finished());
+  CHECK(pool.stats().reserved_bytes >= MiB);  // the leak keeps its memory
+}
+
+TEST_CASE("session: the destructor ends an unfinished session and reports instead of throwing",
+          "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  std::vector<session_report> leaks;
+  std::vector<session_report> ends;
+  session_options o;
+  o.on_leak = leak_policy::throw_exception;
+  o.leak_sink = [&](const session_report& r) { leaks.push_back(r); };
+  o.on_finish = [&](const session_report& r) { ends.push_back(r); };
+  device_buffer<char> escaped;
+  {
+    session work(pool, s, o);
+    escaped = work.make_buffer<char>(MiB);
+  }
+  CHECK(leaks.size() == 1);
+  CHECK(ends.size() == 1);
+}
+
+TEST_CASE("session: leak_policy::ignore counts leaks but tells no one", "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  int told = 0;
+  session_options o;
+  o.on_leak = leak_policy::ignore;
+  o.leak_sink = [&](const session_report&) { ++told; };
+  device_buffer<char> escaped;
+  session work(pool, s, o);
+  escaped = work.make_buffer<char>(64);
+  CHECK(work.finish().leaked_allocations == 1);
+  CHECK(told == 0);
+}
+
+TEST_CASE("session: an exception unwinding through a session still trims the pool", "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  std::optional<session_report> ended;
+  session_options o;
+  o.on_finish = [&](const session_report& r) { ended = r; };
+  try {
+    session work(pool, s, o);
+    auto b = work.make_buffer<double>(4 * MiB);
+    throw std::runtime_error("the epoch failed");
+  } catch (const std::runtime_error&) {
+  }
+  REQUIRE(ended.has_value());
+  CHECK(ended->unwinding);
+  CHECK(ended->returned_bytes >= 32 * MiB);
+  CHECK_FALSE(ended->leaked());
+  CHECK(pool.stats().reserved_bytes == 0);
+  CHECK_THAT(ended->to_string(), contains("ended by an exception"));
+}
+
+TEST_CASE("session: finish twice does nothing the second time", "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session work(pool, s);
+  const session_report& first = work.finish();
+  const double seconds = first.seconds;
+  const session_report& second = work.finish();
+  CHECK(&first == &second);
+  CHECK(second.seconds == seconds);
+  CHECK_THROWS_WITH(work.make_buffer<int>(1), contains("after the session finished"));
+}
+
+TEST_CASE("session: a budget refuses allocations beyond it before asking CUDA", "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.name = "request 7";
+  o.budget_bytes = 10 * MiB;
+  session work(pool, s, o);
+  auto a = work.make_buffer<char>(6 * MiB);
+  try {
+    (void)work.make_buffer<char>(6 * MiB);
+    FAIL("no exception");
+  } catch (const cuscope::out_of_memory& e) {
+    CHECK(e.requested_bytes() == 6 * MiB);
+    CHECK(e.status() == cudaSuccess);
+    const std::string what = e.what();
+    CHECK_THAT(what, contains("session 'request 7'"));
+    CHECK_THAT(what, contains("budget of 10.00 MiB"));
+    CHECK_THAT(what, contains("6.00 MiB in live allocations"));
+  }
+  CHECK(work.live_bytes() == 6 * MiB);
+  CHECK(pool.stats().used_bytes == 6 * MiB);
+  auto b = work.make_buffer<char>(4 * MiB);  // exactly up to the budget
+  CHECK(work.live_bytes() == 10 * MiB);
+}
+
+TEST_CASE("session: nested sessions count against every budget and pass their peaks on",
+          "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options outer_options;
+  outer_options.name = "epoch";
+  outer_options.budget_bytes = 100 * MiB;
+  session outer(pool, s, outer_options);
+  { auto warmup = outer.make_buffer<char>(40 * MiB); }
+  {
+    session_options inner_options;
+    inner_options.name = "batch";
+    inner_options.on_leak = leak_policy::ignore;
+    session inner(outer, inner_options);
+    auto a = inner.make_buffer<char>(30 * MiB);
+    CHECK(outer.live_bytes() == 30 * MiB);
+    auto b = outer.make_buffer<char>(60 * MiB);
+    CHECK_THROWS_WITH(inner.make_buffer<char>(20 * MiB), contains("session 'epoch'"));
+    CHECK(inner.live_bytes() == 30 * MiB);
+    const session_report& r = inner.finish();
+    CHECK(r.peak_used_bytes == 90 * MiB);
+    CHECK(r.leaked_allocations == 1);  // a is still alive: the report says so
+  }
+  const session_report& r = outer.finish();
+  CHECK(r.peak_used_bytes == 90 * MiB);
+  CHECK(r.tracked_peak_bytes == 90 * MiB);
+  CHECK_FALSE(r.leaked());
+}
+
+TEST_CASE("session: a nested session sees the parent's earlier peak survive its reset",
+          "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session outer(pool, s);
+  { auto big = outer.make_buffer<char>(64 * MiB); }
+  {
+    session inner(outer);
+    auto small = inner.make_buffer<char>(MiB);
+    CHECK(inner.finish().peak_used_bytes == MiB);
+  }
+  CHECK(outer.finish().peak_used_bytes == 64 * MiB);
+}
+
+TEST_CASE("session: a nested session cannot begin in a finished one", "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session outer(pool, s, "outer");
+  (void)outer.finish();
+  CHECK_THROWS_WITH(session(outer), contains("parent session 'outer' has finished"));
+}
+
+TEST_CASE("session: a release threshold for the session is restored at its end", "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.release_threshold_bytes = 0;
+  {
+    session work(pool, s, o);
+    CHECK(pool.release_threshold() == 0);
+  }
+  CHECK(pool.release_threshold() == cuscope::pool_options::keep_all);
+}
+
+TEST_CASE("session: keep_bytes and trim choose what reserve stays", "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  SECTION("keep_bytes") {
+    session_options o;
+    o.keep_bytes = 32 * MiB;
+    session work(pool, s, o);
+    {
+      std::vector<device_buffer<char>> blocks;
+      for (int i = 0; i < 4; ++i)
+        blocks.push_back(work.make_buffer<char>(16 * MiB));
+    }
+    const session_report& r = work.finish();
+    CHECK(r.reserved_at_exit_bytes >= 32 * MiB);
+    CHECK(r.reserved_at_exit_bytes < r.reserved_at_finish_bytes);
+  }
+  SECTION("no trim") {
+    session_options o;
+    o.trim = false;
+    session work(pool, s, o);
+    { auto b = work.make_buffer<char>(16 * MiB); }
+    const session_report& r = work.finish();
+    CHECK_FALSE(r.trimmed);
+    CHECK(r.reserved_at_exit_bytes >= 16 * MiB);
+    CHECK(r.returned_bytes == 0);
+  }
+}
+
+TEST_CASE("session: every stream given is synchronized at the end", "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  stream other;
+  bool done = false;
+  session_options o;
+  o.streams = {other};
+  session work(pool, s, o);
+  REQUIRE(cudaLaunchHostFunc(other.get(), &set_flag, &done) == cudaSuccess);
+  (void)work.finish();
+  CHECK(done);
+}
+
+TEST_CASE("session: synchronize_device waits for every stream of the device", "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  stream other;
+  bool done = false;
+  session_options o;
+  o.synchronize_device = true;
+  session work(pool, s, o);
+  REQUIRE(cudaLaunchHostFunc(other.get(), &set_flag, &done) == cudaSuccess);
+  (void)work.finish();
+  CHECK(done);
+}
+
+TEST_CASE("session: a session on the default pool trims it and leaves its threshold alone",
+          "[session]") {
+  device_guard device;
+  const auto def = cuscope::memory_pool_ref::device_default(0);
+  stream s;
+  {
+    session work(def, s);
+    auto b = work.make_buffer<int>(MiB);
+  }
+  CHECK(def.stats().reserved_bytes == 0);
+  CHECK(def.release_threshold() == 0);
+}
+
+#if CUSCOPE_TEST_SIMULATED
+
+TEST_CASE("session: a failing runtime call at any point leaves nothing allocated",
+          "[session][sim]") {
+  const std::size_t runs = cuscope::test::fault_sweep([](cuscope::test::fault_point& fault) {
+    memory_pool pool;
+    stream s;
+    session_options o;
+    o.release_threshold_bytes = 0;
+    o.budget_bytes = 64 * MiB;
+    std::optional<session> work;
+    (void)fault.run([&] {
+      work.emplace(pool, s, o);
+      { auto b = work->make_buffer<int>(MiB); }
+      (void)work->finish();
+    });
+    work.reset();
+    // Whatever failed, the pool's threshold is back and it can still be trimmed empty.
+    CHECK(pool.release_threshold() == cuscope::pool_options::keep_all);
+    s.synchronize();
+    pool.trim_to(0);
+    CHECK(pool.stats().reserved_bytes == 0);
+  });
+  CHECK(runs > 10);
+}
+
+#endif

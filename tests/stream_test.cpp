@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <cuscope/stream.hpp>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+#include "test_support.hpp"
+
+using cuscope::stream;
+using cuscope::stream_ref;
+using cuscope::test::contains;
+using cuscope::test::device_guard;
+
+// A view is trivially copyable and never takes a literal 0 for the legacy default stream.
+static_assert(std::is_trivially_copyable_v<stream_ref>);
+static_assert(std::is_convertible_v<cudaStream_t, stream_ref>);
+static_assert(std::is_convertible_v<stream_ref, cudaStream_t>);
+static_assert(!std::is_constructible_v<stream_ref, int>);
+static_assert(!std::is_constructible_v<stream_ref, std::nullptr_t>);
+static_assert(std::is_nothrow_copy_constructible_v<stream_ref>);
+// An owner is move-only with noexcept moves.
+static_assert(!std::is_copy_constructible_v<stream>);
+static_assert(!std::is_copy_assignable_v<stream>);
+static_assert(std::is_nothrow_move_constructible_v<stream>);
+static_assert(std::is_nothrow_move_assignable_v<stream>);
+static_assert(std::is_nothrow_destructible_v<stream>);
+
+namespace {
+
+// Another library's stream reference, shaped like cuda::stream_ref.
+class foreign_stream_ref {
+ public:
+  foreign_stream_ref(cudaStream_t s) : s_(s) {}  // NOLINT: implicit, like cuda::stream_ref
+  cudaStream_t get() const noexcept { return s_; }
+
+ private:
+  cudaStream_t s_;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "stream: a new stream is non-blocking, on the current device, and destroyed with the "
+    "object",
+    "[stream]") {
+  device_guard device;
+  stream s;
+  REQUIRE_FALSE(s.empty());
+  unsigned flags = 0;
+  REQUIRE(cudaStreamGetFlags(s.get(), &flags) == cudaSuccess);
+  CHECK(flags == cudaStreamNonBlocking);
+  CHECK(s.flags() == cudaStreamNonBlocking);
+  CHECK(s.device() == 0);
+  s.synchronize();
+  CHECK(s.ready());
+}
+
+TEST_CASE("stream: options choose the flags and the priority", "[stream]") {
+  device_guard device;
+  int least = 0;
+  int greatest = 0;
+  REQUIRE(cudaDeviceGetStreamPriorityRange(&least, &greatest) == cudaSuccess);
+  cuscope::stream_options o;
+  o.flags = cudaStreamDefault;
+  o.priority = greatest;
+  stream s(o);
+  unsigned flags = 1;
+  REQUIRE(cudaStreamGetFlags(s.get(), &flags) == cudaSuccess);
+  CHECK(flags == cudaStreamDefault);
+  CHECK(s.priority() == greatest);
+}
+
+TEST_CASE("stream: a moved-from stream is empty and refuses to be used", "[stream]") {
+  device_guard device;
+  stream a;
+  const cudaStream_t handle = a.get();
+  stream b(std::move(a));
+  CHECK(b.get() == handle);
+  CHECK(a.empty());  // NOLINT(bugprone-use-after-move): the moved-from state is the point
+  CHECK(a.get() == nullptr);
+  CHECK_THROWS_WITH(a.ref(), contains("moved-from"));
+  CHECK_THROWS_AS(a.synchronize(), std::logic_error);
+  a = std::move(b);
+  CHECK(a.get() == handle);
+  CHECK(b.empty());
+}
+
+TEST_CASE("stream: release gives the handle back and adopt takes one", "[stream]") {
+  device_guard device;
+  stream a;
+  cudaStream_t raw = a.release();
+  CHECK(a.empty());
+  stream b = stream::adopt(raw, 0);
+  CHECK(b.get() == raw);
+  b.synchronize();
+  CHECK_THROWS_WITH(stream::adopt(cudaStreamLegacy, 0), contains("default stream"));
+}
+
+TEST_CASE("stream: a stream on a device that does not exist is refused", "[stream]") {
+  device_guard device;
+  cuscope::stream_options o;
+  o.device = 3;
+  CHECK_THROWS_WITH(stream(o), contains("device 3 is not valid"));
+}
+
+TEST_CASE("stream: a stream made for another device leaves the current device alone", "[stream]") {
+  device_guard device({2});
+  if (cuscope::test::device_count() < 2) return;
+  cuscope::stream_options o;
+  o.device = 1;
+  stream s(o);
+  CHECK(s.device() == 1);
+  int current = -1;
+  REQUIRE(cudaGetDevice(&current) == cudaSuccess);
+  CHECK(current == 0);
+#if CUSCOPE_HAS_STREAM_GET_DEVICE
+  CHECK(s.ref().device() == 1);
+#endif
+}
+
+TEST_CASE("stream_ref: it names default streams and converts to and from other references",
+          "[stream]") {
+  device_guard device;
+  CHECK(stream_ref::legacy().get() == cudaStreamLegacy);
+  CHECK(stream_ref::per_thread().get() == cudaStreamPerThread);
+  CHECK(stream_ref::legacy().describe() == "the legacy default stream");
+  stream s;
+  const stream_ref r = s;
+  CHECK(r.get() == s.get());
+  CHECK(r == stream_ref(s.get()));
+  const foreign_stream_ref foreign = r;
+  CHECK(foreign.get() == s.get());
+  const stream_ref back = foreign;
+  CHECK(back == r);
+  r.synchronize();
+  CHECK(r.ready());
+  CHECK_THAT(r.describe(), contains("stream 0x"));
+}
+
+#if CUSCOPE_TEST_SIMULATED
+TEST_CASE("stream_ref: a failed synchronization is a cuda_error naming the stream",
+          "[stream][sim]") {
+  device_guard device;
+  stream s;
+  cuscope::sim::fail_api("cudaStreamSynchronize", 1, cudaErrorUnknown);
+  try {
+    s.synchronize();
+    FAIL("no exception");
+  } catch (const cuscope::cuda_error& e) {
+    CHECK(e.status() == cudaErrorUnknown);
+    CHECK_THAT(std::string(e.what()), contains("stream 0x"));
+  }
+  cuscope::sim::fail_api("cudaStreamQuery", 1, cudaErrorUnknown);
+  CHECK_THROWS_AS(s.ready(), cuscope::cuda_error);
+}
+
+TEST_CASE("stream: a failed creation throws and leaves nothing behind", "[stream][sim]") {
+  device_guard device;
+  cuscope::sim::fail_api("cudaStreamCreateWithPriority", 1, cudaErrorUnknown);
+  CHECK_THROWS_WITH(stream(), contains("cudaErrorUnknown"));
+}
+#endif
