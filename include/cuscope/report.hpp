@@ -20,6 +20,11 @@
 
 namespace cuscope {
 
+/// @brief bytes in human units: "512 B", "1.50 KiB", "3.25 GiB".
+[[nodiscard]] inline std::string format_bytes(std::size_t bytes) {
+  return detail::format_bytes(bytes);
+}
+
 /// @brief A pool to show in a memory_report under a name of the caller's choosing.
 struct named_pool {
   std::string name;      ///< Label in the report ("activations").
