@@ -105,6 +105,7 @@ class device_buffer {
   device_buffer(const device_buffer&) = delete;
   device_buffer& operator=(const device_buffer&) = delete;
 
+  /// @brief Takes other's memory; other is left empty.
   device_buffer(device_buffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)),
         size_(std::exchange(other.size_, 0)),
@@ -115,6 +116,7 @@ class device_buffer {
         retry_(other.retry_),
         ledger_(std::exchange(other.ledger_, nullptr)) {}
 
+  /// @brief Frees this buffer's memory and takes other's; other is left empty.
   device_buffer& operator=(device_buffer&& other) noexcept {
     if (this != &other) {
       free();

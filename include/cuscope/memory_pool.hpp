@@ -298,9 +298,11 @@ class memory_pool_ref : public detail::pool_base<memory_pool_ref> {
     return r;
   }
 
+  /// @brief True when both refer to the same pool.
   friend bool operator==(const memory_pool_ref& a, const memory_pool_ref& b) noexcept {
     return a.handle_ == b.handle_;
   }
+  /// @brief True when they refer to different pools.
   friend bool operator!=(const memory_pool_ref& a, const memory_pool_ref& b) noexcept {
     return a.handle_ != b.handle_;
   }
@@ -361,12 +363,14 @@ class memory_pool : public detail::pool_base<memory_pool> {
   memory_pool(const memory_pool&) = delete;
   memory_pool& operator=(const memory_pool&) = delete;
 
+  /// @brief Takes other's pool; other is left empty.
   memory_pool(memory_pool&& other) noexcept
       : handle_(std::exchange(other.handle_, nullptr)),
         device_(other.device_),
         max_bytes_(other.max_bytes_),
         retry_(other.retry_) {}
 
+  /// @brief Destroys this pool and takes other's; other is left empty.
   memory_pool& operator=(memory_pool&& other) noexcept {
     if (this != &other) {
       destroy();

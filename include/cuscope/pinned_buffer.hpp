@@ -67,9 +67,11 @@ class pinned_buffer {
   pinned_buffer(const pinned_buffer&) = delete;
   pinned_buffer& operator=(const pinned_buffer&) = delete;
 
+  /// @brief Takes other's memory; other is left empty.
   pinned_buffer(pinned_buffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
 
+  /// @brief Frees this buffer's memory and takes other's; other is left empty.
   pinned_buffer& operator=(pinned_buffer&& other) noexcept {
     if (this != &other) {
       free();

@@ -96,9 +96,11 @@ class stream_ref {
     return "stream " + detail::format_pointer(static_cast<const void*>(stream_));
   }
 
+  /// @brief True when both name the same stream.
   friend constexpr bool operator==(stream_ref a, stream_ref b) noexcept {
     return a.stream_ == b.stream_;
   }
+  /// @brief True when they name different streams.
   friend constexpr bool operator!=(stream_ref a, stream_ref b) noexcept {
     return a.stream_ != b.stream_;
   }
@@ -149,12 +151,14 @@ class stream {
   stream(const stream&) = delete;
   stream& operator=(const stream&) = delete;
 
+  /// @brief Takes other's stream; other is left empty.
   stream(stream&& other) noexcept
       : stream_(std::exchange(other.stream_, nullptr)),
         device_(other.device_),
         flags_(other.flags_),
         priority_(other.priority_) {}
 
+  /// @brief Destroys this stream and takes other's; other is left empty.
   stream& operator=(stream&& other) noexcept {
     if (this != &other) {
       destroy();
