@@ -317,6 +317,29 @@ TEST_CASE("memory_pool: a pool on another device leaves the current device alone
 
 #if CUSCOPE_TEST_SIMULATED
 
+TEST_CASE("memory_pool_ref: a reference to a destroyed pool fails with an error naming it",
+          "[memory_pool][sim]") {
+  device_guard device;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = 0;
+  cudaMemPool_t raw = nullptr;
+  REQUIRE(cudaMemPoolCreate(&raw, &props) == cudaSuccess);
+  const memory_pool_ref r(raw, 0);
+  REQUIRE(cudaMemPoolDestroy(raw) == cudaSuccess);
+  cuscope::stream s;
+  try {
+    (void)r.stats();
+    FAIL("no exception");
+  } catch (const cuscope::cuda_error& e) {
+    CHECK(e.status() == cudaErrorInvalidValue);
+    CHECK_THAT(std::string(e.what()), contains("pool 0x"));
+  }
+  CHECK_THROWS_AS((void)r.allocate(s, 64), cuscope::cuda_error);
+  CHECK(cudaGetLastError() == cudaSuccess);
+}
+
 TEST_CASE("memory_pool: a failing runtime call during construction leaves nothing allocated",
           "[memory_pool][sim]") {
   const std::size_t runs = cuscope::test::fault_sweep([](cuscope::test::fault_point& fault) {

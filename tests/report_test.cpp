@@ -85,3 +85,22 @@ TEST_CASE("report: an invalid device or a pool of another device is refused", "[
   CHECK_THROWS_WITH(memory_report(0, other), contains("is not a pool of device 0"));
   CHECK(memory_report(1, other).pools.size() == 2);
 }
+
+#if CUSCOPE_TEST_SIMULATED
+TEST_CASE("report: a failing runtime call gives a clean exception and leaves the device as it was",
+          "[report][sim]") {
+  const std::size_t runs = cuscope::test::fault_sweep(
+      [](cuscope::test::fault_point& fault) {
+        cuscope::pool_options o;
+        o.device = 1;
+        memory_pool pool(o);
+        (void)fault.run([&] {
+          const auto r = memory_report(1, named_pool{"p", pool});
+          CHECK(r.pools.size() == 2);
+        });
+        CHECK(cuscope::current_device() == 0);
+      },
+      {2});
+  CHECK(runs > 4);
+}
+#endif

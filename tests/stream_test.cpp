@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <cuscope/stream.hpp>
+#include <optional>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
@@ -154,9 +155,21 @@ TEST_CASE("stream_ref: a failed synchronization is a cuda_error naming the strea
   CHECK_THROWS_AS(s.ready(), cuscope::cuda_error);
 }
 
-TEST_CASE("stream: a failed creation throws and leaves nothing behind", "[stream][sim]") {
-  device_guard device;
-  cuscope::sim::fail_api("cudaStreamCreateWithPriority", 1, cudaErrorUnknown);
-  CHECK_THROWS_WITH(stream(), contains("cudaErrorUnknown"));
+TEST_CASE("stream: a failing runtime call in construction or use leaves nothing behind",
+          "[stream][sim]") {
+  const std::size_t runs = cuscope::test::fault_sweep(
+      [](cuscope::test::fault_point& fault) {
+        std::optional<stream> s;
+        cuscope::stream_options o;
+        o.device = 1;
+        (void)fault.run([&] {
+          s.emplace(o);
+          s->synchronize();
+          (void)s->ready();
+        });
+        CHECK(cuscope::current_device() == 0);
+      },
+      {2});
+  CHECK(runs > 4);
 }
 #endif

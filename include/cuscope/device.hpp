@@ -73,7 +73,9 @@ class scoped_device {
 
   /// @brief Restores the device that was current at construction.
   ~scoped_device() {
-    if (switched_) (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaSetDevice(previous_));
+    // A destructor cannot report a failure, so a failed restore is tried once more.
+    if (switched_ && CUSCOPE_CUDA_TRY_NOTHROW(cudaSetDevice(previous_)) != cudaSuccess)
+      (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaSetDevice(previous_));
   }
 
  private:
