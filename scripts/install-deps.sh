@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs what building cuscope needs and is missing: a C++17 compiler, CMake, and, for the tests,
-# Catch2 and clang-format. Uses apt-get on Debian and Ubuntu; elsewhere it says what to install.
+# Catch2, clang-format, pkg-config and Python's venv. Uses apt-get on Debian and Ubuntu; elsewhere it says what to install.
 #   scripts/install-deps.sh           build tools only
 #   scripts/install-deps.sh --tests   and what the tests need
 set -euo pipefail
@@ -27,6 +27,10 @@ have_catch2() {
 if [ "$want_tests" = 1 ]; then
   have_catch2 || missing+=(catch2)
   command -v clang-format >/dev/null 2>&1 || missing+=(clang-format)
+  # The packaging tests: pkg-config reads the installed .pc files, and the Conan test installs
+  # conan into a virtual environment.
+  command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+  python3 -m venv --help >/dev/null 2>&1 || missing+=(python3-venv)
 fi
 
 [ ${#missing[@]} -eq 0 ] && exit 0

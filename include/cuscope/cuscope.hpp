@@ -13,3 +13,4 @@
 #include "report.hpp"
 #include "session.hpp"
 #include "stream.hpp"
+#include "version.hpp"
