@@ -235,6 +235,24 @@ TEST_CASE("sim: freeing a pointer twice or one never allocated is cudaErrorInval
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
 }
 
+TEST_CASE("sim: memory from cudaMalloc can be freed in stream order with cudaFreeAsync", "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  const std::size_t before = free_bytes();
+  void* p = nullptr;
+  REQUIRE(cudaMalloc(&p, 16 * MiB) == cudaSuccess);
+  REQUIRE(cudaMemsetAsync(p, 0, 16 * MiB, s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
+#if CUSCOPE_TEST_SIMULATED
+  // The allocation is gone at once; the device has its memory back when the free has run.
+  CHECK(cuscope::sim::outstanding_allocations() == 0);
+  CHECK(before - free_bytes() >= 16 * MiB);
+#endif
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(free_bytes() == before);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
 TEST_CASE("sim: data copied to the device and back is unchanged", "[sim]") {
   device_guard device;
   cudaStream_t s = make_stream();
@@ -299,6 +317,22 @@ TEST_CASE("sim: a copy from pageable memory reads the source before the call ret
   CHECK(out == 42);
   REQUIRE(cudaFreeAsync(d, s) == cudaSuccess);
   REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: cudaMemset of pinned host memory has run when it returns, cudaMemsetAsync not",
+          "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  unsigned char* h = nullptr;
+  REQUIRE(cudaMallocHost(reinterpret_cast<void**>(&h), 16) == cudaSuccess);
+  REQUIRE(cudaMemset(h, 1, 16) == cudaSuccess);
+  CHECK(h[15] == 1);
+  REQUIRE(cudaMemsetAsync(h, 2, 16, s) == cudaSuccess);
+  CHECK(h[15] == 1);  // deferred execution: waits for the synchronization
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(h[15] == 2);
+  REQUIRE(cudaFreeHost(h) == cudaSuccess);
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
 }
 
@@ -520,6 +554,29 @@ TEST_CASE("sim: cudaMemPoolTrimTo cannot release memory whose free has not run",
   REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
 }
 
+TEST_CASE("sim: a pool keeps memory that a free still to run refers to, even after its reuse",
+          "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = make_pool();  // release threshold 0: every synchronization trims
+  cudaStream_t a = make_stream();
+  cudaStream_t b = make_stream();
+  void* p = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&p, 2 * MiB, pool, a) == cudaSuccess);  // a whole chunk
+  REQUIRE(cudaFreeAsync(p, a) == cudaSuccess);
+  void* q = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, a) == cudaSuccess);
+  REQUIRE(q == p);
+  // Freed again on b, which does not wait for a: the first free is still queued on a.
+  REQUIRE(cudaFreeAsync(q, b) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(b) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 2 * MiB);
+  REQUIRE(cudaStreamSynchronize(a) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 0);
+  REQUIRE(cudaStreamDestroy(a) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(b) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
 TEST_CASE("sim: pools reserve memory in chunks of the granularity", "[sim]") {
   device_guard device({1, std::size_t{4} << 30, std::size_t{256} << 20, 2 * MiB});
   cudaMemPool_t pool = make_pool();
@@ -606,6 +663,33 @@ TEST_CASE("sim: cudaMallocAsync allocates from the device's current pool", "[sim
   REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
 }
 
+TEST_CASE("sim: cudaMemPoolGetAccess reports the access that cudaMemPoolSetAccess granted",
+          "[sim]") {
+  device_guard device({2});
+  if (cuscope::test::device_count() < 2) return;
+  int can = 0;
+  REQUIRE(cudaDeviceCanAccessPeer(&can, 1, 0) == cudaSuccess);
+  if (can == 0) return;
+  cudaMemPool_t pool = make_pool(0);
+  cudaMemLocation owner{};
+  owner.type = cudaMemLocationTypeDevice;
+  owner.id = 0;
+  cudaMemLocation peer = owner;
+  peer.id = 1;
+  cudaMemAccessFlags flags = cudaMemAccessFlagsProtRead;
+  REQUIRE(cudaMemPoolGetAccess(&flags, pool, &peer) == cudaSuccess);
+  CHECK(flags == cudaMemAccessFlagsProtNone);
+  cudaMemAccessDesc grant{};
+  grant.location = peer;
+  grant.flags = cudaMemAccessFlagsProtReadWrite;
+  REQUIRE(cudaMemPoolSetAccess(pool, &grant, 1) == cudaSuccess);
+  REQUIRE(cudaMemPoolGetAccess(&flags, pool, &peer) == cudaSuccess);
+  CHECK(flags == cudaMemAccessFlagsProtReadWrite);
+  REQUIRE(cudaMemPoolGetAccess(&flags, pool, &owner) == cudaSuccess);
+  CHECK(flags == cudaMemAccessFlagsProtReadWrite);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
 #if CUSCOPE_TEST_SIMULATED
 
 TEST_CASE("sim: memory freed on one stream is reused on another only in stream order", "[sim]") {
@@ -669,6 +753,31 @@ TEST_CASE("sim: memory freed on one stream is reused on another only in stream o
     CHECK(q == p);
     REQUIRE(cudaFreeAsync(q, b) == cudaSuccess);
   }
+  SECTION("a free that a synchronization saw complete is reused whatever the policies") {
+    int no = 0;
+    for (const cudaMemPoolAttr policy :
+         {cudaMemPoolReuseFollowEventDependencies, cudaMemPoolReuseAllowOpportunistic,
+          cudaMemPoolReuseAllowInternalDependencies})
+      REQUIRE(cudaMemPoolSetAttribute(pool, policy, &no) == cudaSuccess);
+    // b waits for the free; synchronizing b shows the host that the free on a has run.
+    cudaEvent_t e = nullptr;
+    REQUIRE(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess);
+    REQUIRE(cudaEventRecord(e, a) == cudaSuccess);
+    REQUIRE(cudaStreamWaitEvent(b, e, 0) == cudaSuccess);
+    cudaStream_t c = make_stream();
+    void* q = nullptr;
+    REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, c) == cudaSuccess);
+    CHECK(q != p);  // the free has not been seen to complete
+    REQUIRE(cudaStreamSynchronize(b) == cudaSuccess);
+    void* r = nullptr;
+    REQUIRE(cudaMallocFromPoolAsync(&r, 2 * MiB, pool, c) == cudaSuccess);
+    CHECK(r == p);
+    REQUIRE(cudaFreeAsync(q, c) == cudaSuccess);
+    REQUIRE(cudaFreeAsync(r, c) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(c) == cudaSuccess);
+    REQUIRE(cudaStreamDestroy(c) == cudaSuccess);
+    REQUIRE(cudaEventDestroy(e) == cudaSuccess);
+  }
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   REQUIRE(cudaStreamDestroy(a) == cudaSuccess);
   REQUIRE(cudaStreamDestroy(b) == cudaSuccess);
@@ -719,7 +828,7 @@ TEST_CASE("sim: the legacy default stream waits for blocking streams and they fo
   cudaStream_t blocking = make_stream(cudaStreamDefault);
   trace t;
   t.add(blocking, 1);
-  t.add(nullptr, 2);
+  t.add(cudaStreamLegacy, 2);
   t.add(blocking, 3);
   REQUIRE(cudaStreamSynchronize(blocking) == cudaSuccess);
   CHECK(t.seen() == std::vector<int>{1, 2, 3});
@@ -760,8 +869,8 @@ TEST_CASE("sim: a non-blocking stream is not ordered with the legacy default str
   cudaStream_t quiet = make_stream(cudaStreamNonBlocking);
   trace t;
   t.add(quiet, 1);
-  t.add(nullptr, 2);
-  REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+  t.add(cudaStreamLegacy, 2);
+  REQUIRE(cudaStreamSynchronize(cudaStreamLegacy) == cudaSuccess);
   CHECK(t.seen() == std::vector<int>{2});
   REQUIRE(cudaStreamSynchronize(quiet) == cudaSuccess);
   REQUIRE(cudaStreamDestroy(quiet) == cudaSuccess);
@@ -776,8 +885,8 @@ TEST_CASE("sim: the per-thread default stream does not wait for other blocking s
   REQUIRE(cudaLaunchHostFunc_ptsz(nullptr, &trace::record, &t.marks.back()) == cudaSuccess);
   REQUIRE(cudaStreamSynchronize_ptsz(nullptr) == cudaSuccess);
   CHECK(t.seen() == std::vector<int>{2});
-  t.add(nullptr, 3);  // legacy: waits for both
-  REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+  t.add(cudaStreamLegacy, 3);  // legacy: waits for both
+  REQUIRE(cudaStreamSynchronize(cudaStreamLegacy) == cudaSuccess);
   CHECK(t.seen() == std::vector<int>{2, 1, 3});
   REQUIRE(cudaStreamDestroy(blocking) == cudaSuccess);
 }

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief The whole core of cuscope: errors, devices, streams, pools, buffers, sessions and
-/// reports. Thrust support is separate, in <cuscope/thrust.hpp>.
+/// @brief The whole core of cuscope: errors, devices, streams, pools, buffers, batches, sessions
+/// and reports. Thrust support is separate, in <cuscope/thrust.hpp>.
 #pragma once
 
+#include "batch.hpp"
 #include "device.hpp"
 #include "device_buffer.hpp"
 #include "device_span.hpp"

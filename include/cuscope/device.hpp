@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -83,4 +84,45 @@ class scoped_device {
   bool switched_ = false;
 };
 
+namespace detail {
+
+/// Whether CUDA resolves handle against the calling thread's current device: the legacy default
+/// stream (nullptr or cudaStreamLegacy) and the per-thread one.
+inline bool is_default_stream(cudaStream_t handle) noexcept {
+  return handle == nullptr || handle == cudaStreamLegacy || handle == cudaStreamPerThread;
+}
+
+/// While alive, a default stream handle names the default stream of device, the device of the
+/// memory a stream-ordered call works on, whatever device is current; does nothing for other
+/// streams. Restores the current device.
+class stream_device_guard {
+ public:
+  stream_device_guard(cudaStream_t stream, int device) {
+    if (is_default_stream(stream)) on_.emplace(device);
+  }
+
+ private:
+  std::optional<scoped_device> on_;
+};
+
+/// stream_device_guard for destructors: never throws; when the switch fails nothing changes.
+class stream_device_guard_nothrow {
+ public:
+  stream_device_guard_nothrow(cudaStream_t stream, int device) noexcept {
+    if (!is_default_stream(stream)) return;
+    int current = 0;
+    if (check_nothrow(cudaGetDevice(&current)) != cudaSuccess || current == device) return;
+    if (check_nothrow(cudaSetDevice(device)) == cudaSuccess) previous_ = current;
+  }
+  stream_device_guard_nothrow(const stream_device_guard_nothrow&) = delete;
+  stream_device_guard_nothrow& operator=(const stream_device_guard_nothrow&) = delete;
+  ~stream_device_guard_nothrow() {
+    if (previous_ >= 0) (void)check_nothrow(cudaSetDevice(previous_));
+  }
+
+ private:
+  int previous_ = -1;
+};
+
+}  // namespace detail
 }  // namespace cuscope

@@ -34,17 +34,43 @@ struct is_contiguous_of<
     : std::is_same<std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<R&>().data())>>,
                    T> {};
 
-/// Makes later wait, in stream order, for the work enqueued on earlier so far. Enqueued on both;
-/// does not synchronize.
-inline void order_after(stream_ref later, stream_ref earlier) {
+/// The device of stream; for a default stream handle (or without cudaStreamGetDevice), device.
+inline int stream_device(stream_ref stream, int device) {
+#if CUSCOPE_HAS_STREAM_GET_DEVICE
+  if (!is_default_stream(stream.get())) {
+    CUSCOPE_DETAIL_TRY_FOR(cudaStreamGetDevice(stream.get(), &device), stream.describe());
+  }
+#endif
+  return device;
+}
+
+/// Makes later wait, in stream order, for the work enqueued on earlier so far. Default stream
+/// handles name the default streams of device. The event is made on earlier's device, as CUDA
+/// records an event only on a stream of its own device. Enqueued on both; does not synchronize.
+inline void order_after(stream_ref later, stream_ref earlier, int device) {
   if (later == earlier) return;
+  const scoped_device on(stream_device(earlier, device));
   cudaEvent_t event = nullptr;
   CUSCOPE_DETAIL_TRY_FOR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
                          earlier.describe());
   cudaError_t status = cudaEventRecord(event, earlier.get());
-  if (status == cudaSuccess) status = cudaStreamWaitEvent(later.get(), event, 0);
+  if (status == cudaSuccess) {
+    try {
+      const stream_device_guard on_later(later.get(), device);
+      status = cudaStreamWaitEvent(later.get(), event, 0);
+    } catch (...) {
+      (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaEventDestroy(event));
+      throw;
+    }
+  }
   (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaEventDestroy(event));
   CUSCOPE_DETAIL_TRY_FOR(status, later.describe() + " waiting for " + earlier.describe());
+}
+
+/// order_after with default stream handles naming the current device's default streams.
+inline void order_after(stream_ref later, stream_ref earlier) {
+  if (later == earlier) return;
+  order_after(later, earlier, current_device());
 }
 
 }  // namespace detail
@@ -54,6 +80,10 @@ inline void order_after(stream_ref later, stream_ref earlier) {
 ///
 /// The contents start uninitialized. A zero-length buffer holds no allocation. Move-only; a
 /// moved-from buffer is empty. Copies take a stream: device_buffer(stream, other).
+///
+/// A default stream handle (stream_ref::legacy(), stream_ref::per_thread()) given to a buffer names
+/// the default stream of the buffer's device, whatever device is current: its stream-ordered
+/// members and its destructor switch to that device for the call and switch back.
 template <class T>
 class device_buffer {
   static_assert(std::is_trivially_copyable_v<T>, "device_buffer<T> needs a trivially copyable T");
@@ -95,7 +125,8 @@ class device_buffer {
   device_buffer(stream_ref stream, const device_buffer& other, memory_pool_ref pool)
       : device_buffer(stream, other.size_, pool) {
     if (size_ != 0) {
-      detail::order_after(stream, other.stream());
+      detail::order_after(stream, other.stream(), device_);
+      const detail::stream_device_guard on(stream.get(), device_);
       CUSCOPE_DETAIL_TRY_FOR(
           cudaMemcpyAsync(data_, other.data_, size_bytes(), cudaMemcpyDeviceToDevice, stream_),
           describe());
@@ -186,7 +217,7 @@ class device_buffer {
   /// @brief Makes stream the one the buffer is freed on. The new stream waits, in stream order,
   /// for the work enqueued so far on the old one. Enqueued; does not synchronize.
   void set_stream(stream_ref stream) {
-    if (data_ != nullptr) detail::order_after(stream, stream_ref(stream_));
+    if (data_ != nullptr) detail::order_after(stream, stream_ref(stream_), device_);
     stream_ = stream.get();
   }
 
@@ -197,6 +228,7 @@ class device_buffer {
   void copy_from(stream_ref stream, const T* src, std::size_t count, std::size_t offset = 0) {
     check_range("copy_from", count, offset);
     if (count == 0) return;
+    const detail::stream_device_guard on(stream.get(), device_);
     CUSCOPE_DETAIL_TRY_FOR(
         cudaMemcpyAsync(data_ + offset, src, count * sizeof(T), cudaMemcpyDefault, stream.get()),
         describe());
@@ -219,6 +251,7 @@ class device_buffer {
   void copy_to(stream_ref stream, T* dst, std::size_t count, std::size_t offset = 0) const {
     check_range("copy_to", count, offset);
     if (count == 0) return;
+    const detail::stream_device_guard on(stream.get(), device_);
     CUSCOPE_DETAIL_TRY_FOR(
         cudaMemcpyAsync(dst, data_ + offset, count * sizeof(T), cudaMemcpyDefault, stream.get()),
         describe());
@@ -237,6 +270,7 @@ class device_buffer {
   [[nodiscard]] std::vector<T> to_vector(stream_ref stream) const {
     std::vector<T> out(size_);
     copy_to(stream, out.data(), size_);
+    const detail::stream_device_guard on(stream.get(), device_);
     stream.synchronize();
     return out;
   }
@@ -253,6 +287,7 @@ class device_buffer {
     device_buffer next(stream, count, pool(), ledger_);
     set_stream(stream);
     const std::size_t keep = count < size_ ? count : size_;
+    const detail::stream_device_guard on(stream.get(), device_);
     if (keep != 0)
       CUSCOPE_DETAIL_TRY_FOR(cudaMemcpyAsync(next.data_, data_, keep * sizeof(T),
                                              cudaMemcpyDeviceToDevice, stream.get()),
@@ -315,8 +350,9 @@ class device_buffer {
 
   void free() noexcept {
     if (data_ != nullptr) {
-      // cudaFreeAsync is ordered by the stream, whatever device is current.
-      (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaFreeAsync(data_, stream_));
+      // cudaFreeAsync is ordered by the stream, whatever device is current; only a default stream
+      // handle needs the buffer's device to name the stream the buffer was used on.
+      detail::free_async_nothrow(data_, stream_, device_);
       if (ledger_ != nullptr) ledger_->discharge(size_bytes());
     }
     data_ = nullptr;

@@ -68,6 +68,14 @@ class memory_pool_ref;
 
 namespace detail {
 
+/// Frees ptr, memory of a pool on device, in stream order on stream; never throws. A default
+/// stream handle names the default stream of device, as in pool_base::deallocate.
+inline void free_async_nothrow(void* ptr, cudaStream_t stream, int device) noexcept {
+  if (ptr == nullptr) return;
+  const stream_device_guard_nothrow on(stream, device);
+  (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaFreeAsync(ptr, stream));
+}
+
 /// What memory_pool and memory_pool_ref share: every query and operation on a pool handle.
 template <class Derived>
 class pool_base {
@@ -131,10 +139,12 @@ class pool_base {
   }
 
   /// @brief Allocates bytes from the pool, usable in stream order after this call. Enqueued on
-  /// stream; does not synchronize. Returns nullptr for 0 bytes.
+  /// stream (a default stream handle names the default stream of the pool's device); does not
+  /// synchronize. Returns nullptr for 0 bytes.
   /// @throws out_of_memory when the device or the pool's limit cannot hold the request.
   [[nodiscard]] void* allocate(stream_ref stream, std::size_t bytes) const {
     if (bytes == 0) return nullptr;
+    const stream_device_guard on(stream.get(), self().device_);
     void* p = nullptr;
     const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
     if (status == cudaSuccess) return p;
@@ -142,10 +152,12 @@ class pool_base {
   }
 
   /// @brief Frees memory from allocate() in stream order: later work on stream may reuse it.
-  /// Enqueued on stream; does not synchronize. bytes is what was allocated (unused by CUDA).
+  /// Enqueued on stream (a default stream handle names the default stream of the pool's device);
+  /// does not synchronize. bytes is what was allocated (unused by CUDA).
   void deallocate(stream_ref stream, void* ptr, std::size_t bytes) const {
     (void)bytes;
     if (ptr == nullptr) return;
+    const stream_device_guard on(stream.get(), self().device_);
     CUSCOPE_DETAIL_TRY_FOR(cudaFreeAsync(ptr, stream.get()), describe());
   }
 
@@ -440,7 +452,8 @@ class memory_pool : public detail::pool_base<memory_pool> {
     const stream_ref s = stream_ref::per_thread();
     scoped_device on(device_);
     void* p = allocate(s, bytes);
-    deallocate(s, p, bytes);
+    // Not deallocate(): with the device current already, nothing may fail between the two.
+    CUSCOPE_DETAIL_TRY_FOR(cudaFreeAsync(p, s.get()), describe());
     s.synchronize();
   }
 

@@ -296,9 +296,15 @@ class session {
       CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), "session '" + options_.name + "'");
       return;
     }
-    stream_.synchronize();
-    for (const stream_ref s : options_.streams)
+    // Default stream handles name those of the pool's device, as for the session's buffers.
+    {
+      const detail::stream_device_guard on(stream_.get(), pool_.device());
+      stream_.synchronize();
+    }
+    for (const stream_ref s : options_.streams) {
+      const detail::stream_device_guard on(s.get(), pool_.device());
       s.synchronize();
+    }
   }
 
   const session_report& finish_impl(bool may_throw) {

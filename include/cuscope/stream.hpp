@@ -91,7 +91,9 @@ class stream_ref {
 
   /// @brief "stream 0x...", "the legacy default stream" or "the per-thread default stream".
   [[nodiscard]] std::string describe() const {
-    if (stream_ == nullptr || stream_ == cudaStreamLegacy) return "the legacy default stream";
+    // A null handle is the legacy stream, or the per-thread one in code compiled for it.
+    if (stream_ == nullptr) return "the default stream (a null handle)";
+    if (stream_ == cudaStreamLegacy) return "the legacy default stream";
     if (stream_ == cudaStreamPerThread) return "the per-thread default stream";
     return "stream " + detail::format_pointer(static_cast<const void*>(stream_));
   }

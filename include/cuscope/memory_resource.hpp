@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief pool_resource: a memory pool as a CCCL memory resource (cuda::mr), for code built on
+/// cuda::mr::resource_ref, cuda::mr::async_resource_ref and the containers that take them.
+///
+/// Include it where cuda::mr is wanted; the core headers do not, so that <cuda/memory_resource>
+/// costs nothing to code that does not use it. It provides the members of both generations of
+/// the concepts: CCCL 3.0 (CUDA 13.0: allocate(bytes, alignment), allocate_async(bytes, alignment,
+/// stream)) and CCCL 3.1+ (allocate_sync(bytes, alignment), allocate(stream, bytes, alignment)).
+#pragma once
+
+// CCCL up to 3.0 hides cuda::mr behind this switch. <cuda/memory_resource> included earlier
+// without it has no concepts to offer, and cannot be included again.
+#if !defined(LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE)
+#  if defined(_CUDA__MEMORY_RESOURCE_RESOURCE_H)
+#    error \
+        "cuscope/memory_resource.hpp: <cuda/memory_resource> was included before without LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE; define it for the whole build, or include this header first"
+#  endif
+#  define LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE
+#endif
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+#include <cuda/memory_resource>
+#include <cuda/stream_ref>
+
+#include "device.hpp"
+#include "error.hpp"
+#include "memory_pool.hpp"
+#include "stream.hpp"
+
+namespace cuscope {
+
+/// @brief A memory_pool_ref as a CCCL memory resource with the device_accessible property.
+///
+/// Non-owning and trivially copyable: the pool must outlive it and every allocation made through
+/// it. Two resources are equal when they refer to the same pool (memory from one may be returned
+/// through the other). Alignments up to 256 bytes (powers of two) are honoured, as every pool
+/// allocation is 256-byte aligned; a larger one is refused with std::invalid_argument.
+///
+/// The stream-ordered members (allocate(stream, ...), allocate_async) run on the stream given.
+/// The synchronous ones (allocate_sync, and allocate(bytes, alignment) under the CCCL 3.0 names)
+/// allocate on the resource's sync stream and wait for it, so that the memory is usable on any
+/// stream when they return; their deallocation is enqueued on that stream and does not wait, and
+/// the memory must no longer be in use by then.
+class pool_resource {
+ public:
+  /// @brief The alignment every allocation has, and the largest that may be asked for.
+  static constexpr std::size_t max_alignment = 256;
+
+  /// @brief A resource over pool; the synchronous members use sync_stream (by default the
+  /// per-thread default stream, of the pool's device).
+  explicit pool_resource(memory_pool_ref pool,
+                         stream_ref sync_stream = stream_ref::per_thread()) noexcept
+      : pool_(pool), sync_stream_(sync_stream.get()) {}
+
+  /// @brief The pool.
+  [[nodiscard]] memory_pool_ref pool() const noexcept { return pool_; }
+  /// @brief The stream of the synchronous members.
+  [[nodiscard]] stream_ref sync_stream() const noexcept { return stream_ref(sync_stream_); }
+
+  // CCCL 3.1+ names ---------------------------------------------------------------------------
+
+  /// @brief bytes from the pool, usable in stream order on stream. Enqueued on stream; does not
+  /// synchronize. Returns nullptr for 0 bytes.
+  /// @throws std::invalid_argument for an alignment the pool cannot honour; out_of_memory;
+  /// cuda_error.
+  [[nodiscard]] void* allocate(stream_ref stream, std::size_t bytes,
+                               std::size_t alignment = max_alignment) {
+    check_alignment(alignment, bytes);
+    return pool_.allocate(stream, bytes);
+  }
+
+  /// @brief Returns ptr to the pool in stream order on stream. Enqueued on stream; does not
+  /// synchronize. Never throws: a failure is ignored, as in a destructor.
+  void deallocate(stream_ref stream, void* ptr, std::size_t bytes,
+                  std::size_t alignment = max_alignment) noexcept {
+    (void)alignment;
+    (void)bytes;
+    detail::free_async_nothrow(ptr, stream.get(), pool_.device());
+  }
+
+  /// @brief bytes from the pool, usable on any stream when it returns: allocated on the sync
+  /// stream, which it synchronizes.
+  /// @throws std::invalid_argument for an alignment the pool cannot honour; out_of_memory;
+  /// cuda_error.
+  [[nodiscard]] void* allocate_sync(std::size_t bytes, std::size_t alignment = max_alignment) {
+    check_alignment(alignment, bytes);
+    const stream_ref s(sync_stream_);
+    const detail::stream_device_guard on(s.get(), pool_.device());
+    void* p = pool_.allocate(s, bytes);
+    try {
+      s.synchronize();
+    } catch (...) {
+      detail::free_async_nothrow(p, s.get(), pool_.device());
+      throw;
+    }
+    return p;
+  }
+
+  /// @brief Returns ptr, no longer in use on any stream, to the pool. Enqueued on the sync
+  /// stream; does not synchronize. Never throws.
+  void deallocate_sync(void* ptr, std::size_t bytes,
+                       std::size_t alignment = max_alignment) noexcept {
+    (void)alignment;
+    (void)bytes;
+    detail::free_async_nothrow(ptr, sync_stream_, pool_.device());
+  }
+
+  // CCCL 3.0 names ----------------------------------------------------------------------------
+
+  /// @brief allocate(stream, bytes, alignment) under its CCCL 3.0 name.
+  [[nodiscard]] void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
+    return allocate(stream, bytes, alignment);
+  }
+
+  /// @brief deallocate(stream, ptr, bytes, alignment) under its CCCL 3.0 name.
+  void deallocate_async(void* ptr, std::size_t bytes, std::size_t alignment,
+                        stream_ref stream) noexcept {
+    deallocate(stream, ptr, bytes, alignment);
+  }
+
+  /// @brief allocate_sync(bytes, alignment) under its CCCL 3.0 name.
+  [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = max_alignment) {
+    return allocate_sync(bytes, alignment);
+  }
+
+  /// @brief deallocate_sync(ptr, bytes, alignment) under its CCCL 3.0 name.
+  void deallocate(void* ptr, std::size_t bytes, std::size_t alignment = max_alignment) noexcept {
+    deallocate_sync(ptr, bytes, alignment);
+  }
+
+  // ---------------------------------------------------------------------------------------------
+
+  /// @brief True when both refer to the same pool.
+  friend bool operator==(const pool_resource& a, const pool_resource& b) noexcept {
+    return a.pool_ == b.pool_;
+  }
+  /// @brief True when they refer to different pools.
+  friend bool operator!=(const pool_resource& a, const pool_resource& b) noexcept {
+    return a.pool_ != b.pool_;
+  }
+
+  /// @brief The memory is device accessible (cuda::mr::device_accessible).
+  friend void get_property(const pool_resource&, ::cuda::mr::device_accessible) noexcept {}
+
+ private:
+  void check_alignment(std::size_t alignment, std::size_t bytes) const {
+    if (alignment == 0 || alignment > max_alignment || (alignment & (alignment - 1)) != 0)
+      throw std::invalid_argument("cuscope::pool_resource: alignment " + std::to_string(alignment) +
+                                  " for " + std::to_string(bytes) + " bytes from " +
+                                  pool_.describe() +
+                                  " is not a power of two up to 256, which is all a pool gives");
+  }
+
+  memory_pool_ref pool_;
+  cudaStream_t sync_stream_;
+};
+
+}  // namespace cuscope

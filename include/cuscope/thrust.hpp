@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief Thrust on cuscope's pools: thrust_allocator<T> for thrust::device_vector, and
+/// thrust_policy(stream, pool), which runs algorithms on a stream with their temporary storage
+/// from a pool. The only cuscope header that includes Thrust.
+///
+/// With Thrust's CUDA device system (nvcc) the policies are thrust::cuda::par_nosync and
+/// thrust::cuda::par on the stream. With another device system (THRUST_DEVICE_SYSTEM_CPP, OMP or
+/// TBB, as the tests on the simulated device use) they are thrust::device with the same
+/// allocators: the memory still comes from the pool on the stream, the work runs on the host.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include <thrust/device_ptr.h>
+#include <thrust/device_reference.h>
+#include <thrust/execution_policy.h>
+#include <thrust/memory.h>
+#if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
+#  include <thrust/system/cuda/execution_policy.h>
+#endif
+
+#include "error.hpp"
+#include "memory_pool.hpp"
+#include "stream.hpp"
+
+namespace cuscope {
+
+namespace detail {
+
+/// The allocator Thrust calls for the temporary storage of an algorithm: bytes from a pool on a
+/// stream. Thrust frees the storage when the algorithm returns, which may be before its kernels
+/// have run (par_nosync): the free is in stream order on the same stream, so that is safe.
+class thrust_temporary_allocator {
+ public:
+  using value_type = char;
+  using size_type = std::size_t;
+  using difference_type = std::ptrdiff_t;
+
+  thrust_temporary_allocator(stream_ref stream, memory_pool_ref pool) noexcept
+      : pool_(pool), stream_(stream.get()) {}
+
+  char* allocate(std::size_t bytes) {
+    return static_cast<char*>(pool_.allocate(stream_ref(stream_), bytes));
+  }
+
+  void deallocate(char* ptr, std::size_t bytes) noexcept {
+    (void)bytes;
+    free_async_nothrow(ptr, stream_, pool_.device());
+  }
+
+  memory_pool_ref pool() const noexcept { return pool_; }
+  stream_ref stream() const noexcept { return stream_ref(stream_); }
+
+  friend bool operator==(const thrust_temporary_allocator& a,
+                         const thrust_temporary_allocator& b) noexcept {
+    return a.pool_ == b.pool_ && a.stream_ == b.stream_;
+  }
+  friend bool operator!=(const thrust_temporary_allocator& a,
+                         const thrust_temporary_allocator& b) noexcept {
+    return !(a == b);
+  }
+
+ private:
+  memory_pool_ref pool_;
+  cudaStream_t stream_;
+};
+
+#if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
+inline auto make_thrust_policy(stream_ref stream, memory_pool_ref pool) {
+  return thrust::cuda::par_nosync(thrust_temporary_allocator(stream, pool)).on(stream.get());
+}
+inline auto make_thrust_policy_sync(stream_ref stream, memory_pool_ref pool) {
+  return thrust::cuda::par(thrust_temporary_allocator(stream, pool)).on(stream.get());
+}
+#else
+inline auto make_thrust_policy(stream_ref stream, memory_pool_ref pool) {
+  return thrust::device(thrust_temporary_allocator(stream, pool));
+}
+inline auto make_thrust_policy_sync(stream_ref stream, memory_pool_ref pool) {
+  return thrust::device(thrust_temporary_allocator(stream, pool));
+}
+#endif
+
+}  // namespace detail
+
+/// @brief The type of thrust_policy(stream, pool).
+using thrust_policy_type = decltype(detail::make_thrust_policy(std::declval<stream_ref>(),
+                                                               std::declval<memory_pool_ref>()));
+/// @brief The type of thrust_policy_sync(stream, pool).
+using thrust_policy_sync_type = decltype(detail::make_thrust_policy_sync(
+    std::declval<stream_ref>(), std::declval<memory_pool_ref>()));
+
+/// @brief An execution policy that runs Thrust algorithms on stream and takes their temporary
+/// storage (sort, reduce, scan...) from pool on stream. Does not synchronize
+/// (thrust::cuda::par_nosync): an algorithm may return before its work has run, except where
+/// Thrust must wait to return a value (reduce, count...); synchronize the stream before reading
+/// its results on the host or from another stream.
+[[nodiscard]] inline thrust_policy_type thrust_policy(stream_ref stream, memory_pool_ref pool) {
+  return detail::make_thrust_policy(stream, pool);
+}
+
+/// @brief As thrust_policy, but each algorithm synchronizes stream before it returns
+/// (thrust::cuda::par).
+[[nodiscard]] inline thrust_policy_sync_type thrust_policy_sync(stream_ref stream,
+                                                                memory_pool_ref pool) {
+  return detail::make_thrust_policy_sync(stream, pool);
+}
+
+/// @brief A Thrust allocator of T from a pool on a stream, for
+/// thrust::device_vector<T, cuscope::thrust_allocator<T>>.
+///
+/// Memory is allocated and freed in stream order on the allocator's stream (cudaFreeAsync: the
+/// free waits for the work enqueued on that stream before it). The vector's own work (filling and
+/// copying elements when it is built, resized or grown) runs on the stream through
+/// thrust_policy_sync, so the vector is ready when the call returns, as with Thrust's default
+/// allocator. Element access, assignment into existing elements and copies to host containers use
+/// Thrust's default stream instead: synchronize the allocator's stream before them when other work
+/// on it may still run (after a thrust_policy algorithm, for instance).
+///
+/// Copies of a vector take the same pool and stream; copy assignment keeps the target's, move
+/// assignment and swap take the other's. Two allocators are equal when they share pool and stream.
+/// Not default-constructible: there is no default pool.
+template <class T>
+class thrust_allocator {
+ public:
+  using value_type = T;                                            ///< The element type.
+  using pointer = thrust::device_ptr<T>;                           ///< Pointer to an element.
+  using const_pointer = thrust::device_ptr<const T>;               ///< Pointer to a const element.
+  using reference = thrust::device_reference<T>;                   ///< Reference to an element.
+  using const_reference = thrust::device_reference<const T>;       ///< Reference to a const one.
+  using size_type = std::size_t;                                   ///< Sizes.
+  using difference_type = std::ptrdiff_t;                          ///< Differences of pointers.
+  using propagate_on_container_copy_assignment = std::false_type;  ///< Keep the target's.
+  using propagate_on_container_move_assignment = std::true_type;   ///< Take the source's.
+  using propagate_on_container_swap = std::true_type;              ///< Swap them.
+  using is_always_equal = std::false_type;  ///< Equal only with the same pool and stream.
+  /// @brief The execution policy of the vector's own work (Thrust's allocator_system).
+  using system_type = thrust_policy_sync_type;
+
+  /// @brief The allocator of U with the same pool and stream.
+  template <class U>
+  struct rebind {
+    using other = thrust_allocator<U>;  ///< The rebound allocator.
+  };
+
+  /// @brief Allocates from pool in stream order on stream.
+  thrust_allocator(stream_ref stream, memory_pool_ref pool)
+      : pool_(pool), stream_(stream.get()), system_(thrust_policy_sync(stream, pool)) {}
+
+  /// @brief The allocator of T with other's pool and stream.
+  template <class U>
+  thrust_allocator(const thrust_allocator<U>& other)  // NOLINT: implicit, as allocators are
+      : thrust_allocator(other.stream(), other.pool()) {}
+
+  /// @brief Storage for n elements from the pool, usable in stream order on the allocator's
+  /// stream. Enqueued on that stream; does not synchronize.
+  /// @throws std::length_error when n elements overflow the byte count; out_of_memory.
+  [[nodiscard]] pointer allocate(size_type n) {
+    if (n > max_size())
+      throw std::length_error("cuscope::thrust_allocator: " + std::to_string(n) + " elements of " +
+                              std::to_string(sizeof(T)) + " bytes overflow the byte count");
+    return pointer(static_cast<T*>(pool_.allocate(stream(), n * sizeof(T))));
+  }
+
+  /// @brief Returns storage to the pool in stream order on the allocator's stream. Enqueued on
+  /// that stream; does not synchronize. Never throws.
+  void deallocate(pointer p, size_type n) noexcept {
+    (void)n;
+    detail::free_async_nothrow(static_cast<void*>(p.get()), stream_, pool_.device());
+  }
+
+  /// @brief The largest number of elements whose bytes a size_t can count.
+  [[nodiscard]] size_type max_size() const noexcept {
+    return std::numeric_limits<size_type>::max() / sizeof(T);
+  }
+
+  /// @brief The pool the memory comes from.
+  [[nodiscard]] memory_pool_ref pool() const noexcept { return pool_; }
+  /// @brief The stream of the allocations, the frees and the vector's own work.
+  [[nodiscard]] stream_ref stream() const noexcept { return stream_ref(stream_); }
+  /// @brief The policy of the vector's own work, which Thrust asks for (allocator_system).
+  [[nodiscard]] system_type& system() noexcept { return system_; }
+
+  /// @brief True when both allocate from the same pool on the same stream.
+  template <class U>
+  friend bool operator==(const thrust_allocator& a, const thrust_allocator<U>& b) noexcept {
+    return a.pool() == b.pool() && a.stream() == b.stream();
+  }
+  /// @brief True unless both allocate from the same pool on the same stream.
+  template <class U>
+  friend bool operator!=(const thrust_allocator& a, const thrust_allocator<U>& b) noexcept {
+    return !(a == b);
+  }
+
+ private:
+  memory_pool_ref pool_;
+  cudaStream_t stream_;
+  system_type system_;
+};
+
+}  // namespace cuscope

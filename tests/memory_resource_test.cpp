@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <cuscope/memory_resource.hpp>
+// <cuda/memory_resource> comes first through cuscope; included again it changes nothing.
+#include <cstddef>
+#include <cstdint>
+#include <cuda/memory_resource>
+#include <cuscope/memory_pool.hpp>
+#include <cuscope/stream.hpp>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+#include "test_support.hpp"
+
+using cuscope::memory_pool;
+using cuscope::pool_resource;
+using cuscope::stream;
+using cuscope::test::contains;
+using cuscope::test::device_guard;
+
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+// The members of the CCCL 3.1+ concepts, spelled out, so that the toolkit in use (CCCL 3.0 here)
+// checks them too: cuda::mr::synchronous_resource and the stream-ordered cuda::mr::resource.
+template <class R, class = void>
+struct has_cccl31_members : std::false_type {};
+template <class R>
+struct has_cccl31_members<
+    R, std::void_t<decltype(std::declval<R&>().allocate_sync(std::size_t{}, std::size_t{})),
+                   decltype(std::declval<R&>().deallocate_sync(std::declval<void*>(), std::size_t{},
+                                                               std::size_t{})),
+                   decltype(std::declval<R&>().allocate(std::declval<cuda::stream_ref>(),
+                                                        std::size_t{}, std::size_t{})),
+                   decltype(std::declval<R&>().deallocate(std::declval<cuda::stream_ref>(),
+                                                          std::declval<void*>(), std::size_t{},
+                                                          std::size_t{}))>>
+    : std::conjunction<
+          std::is_same<decltype(std::declval<R&>().allocate_sync(std::size_t{}, std::size_t{})),
+                       void*>,
+          std::is_same<decltype(std::declval<R&>().allocate(std::declval<cuda::stream_ref>(),
+                                                            std::size_t{}, std::size_t{})),
+                       void*>,
+          std::is_same<decltype(std::declval<R&>().deallocate(std::declval<cuda::stream_ref>(),
+                                                              std::declval<void*>(), std::size_t{},
+                                                              std::size_t{})),
+                       void>> {};
+
+// The members of the CCCL 3.0 concepts, spelled out likewise.
+template <class R, class = void>
+struct has_cccl30_members : std::false_type {};
+template <class R>
+struct has_cccl30_members<
+    R, std::void_t<decltype(std::declval<R&>().allocate(std::size_t{}, std::size_t{})),
+                   decltype(std::declval<R&>().deallocate(std::declval<void*>(), std::size_t{},
+                                                          std::size_t{})),
+                   decltype(std::declval<R&>().allocate_async(std::size_t{}, std::size_t{},
+                                                              std::declval<cuda::stream_ref>())),
+                   decltype(std::declval<R&>().deallocate_async(std::declval<void*>(),
+                                                                std::size_t{}, std::size_t{},
+                                                                std::declval<cuda::stream_ref>()))>>
+    : std::conjunction<
+          std::is_same<decltype(std::declval<R&>().allocate(std::size_t{}, std::size_t{})), void*>,
+          std::is_same<decltype(std::declval<R&>().allocate_async(
+                           std::size_t{}, std::size_t{}, std::declval<cuda::stream_ref>())),
+                       void*>> {};
+
+bool aligned(const void* p, std::size_t alignment) {
+  return reinterpret_cast<std::uintptr_t>(p) % alignment == 0;
+}
+
+}  // namespace
+
+static_assert(std::is_trivially_copyable_v<pool_resource>);
+static_assert(!std::is_default_constructible_v<pool_resource>, "a resource needs a pool");
+static_assert(has_cccl30_members<pool_resource>::value);
+static_assert(has_cccl31_members<pool_resource>::value);
+static_assert(noexcept(std::declval<pool_resource&>().deallocate(std::declval<cuda::stream_ref>(),
+                                                                 std::declval<void*>(),
+                                                                 std::size_t{}, std::size_t{})));
+static_assert(noexcept(std::declval<pool_resource&>().deallocate_async(
+    std::declval<void*>(), std::size_t{}, std::size_t{}, std::declval<cuda::stream_ref>())));
+static_assert(cuda::has_property<pool_resource, cuda::mr::device_accessible>);
+static_assert(!cuda::has_property<pool_resource, cuda::mr::host_accessible>);
+#if CCCL_VERSION < 3001000
+// CCCL 3.0: resource is synchronous, async_resource stream-ordered.
+static_assert(cuda::mr::resource_with<pool_resource, cuda::mr::device_accessible>);
+static_assert(cuda::mr::async_resource_with<pool_resource, cuda::mr::device_accessible>);
+static_assert(std::is_constructible_v<cuda::mr::async_resource_ref<cuda::mr::device_accessible>,
+                                      pool_resource&>);
+static_assert(
+    std::is_constructible_v<cuda::mr::resource_ref<cuda::mr::device_accessible>, pool_resource&>);
+static_assert(
+    !std::is_constructible_v<cuda::mr::resource_ref<cuda::mr::host_accessible>, pool_resource&>);
+#else
+// CCCL 3.1+: synchronous_resource is synchronous, resource stream-ordered.
+static_assert(cuda::mr::synchronous_resource_with<pool_resource, cuda::mr::device_accessible>);
+static_assert(cuda::mr::resource_with<pool_resource, cuda::mr::device_accessible>);
+static_assert(
+    std::is_constructible_v<cuda::mr::resource_ref<cuda::mr::device_accessible>, pool_resource&>);
+static_assert(std::is_constructible_v<
+              cuda::mr::synchronous_resource_ref<cuda::mr::device_accessible>, pool_resource&>);
+#endif
+
+TEST_CASE("pool_resource: stream-ordered allocations come from the pool on the stream given",
+          "[memory_resource]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  pool_resource r(pool);
+  CHECK(r.pool() == pool.ref());
+  const cuda::stream_ref cs(s.get());
+  void* a = r.allocate(cs, MiB, 256);  // CCCL 3.1+ names
+  CHECK(pool.stats().used_bytes == MiB);
+  CHECK(aligned(a, 256));
+  void* b = r.allocate_async(2 * MiB, 64, cs);  // CCCL 3.0 names
+  CHECK(pool.stats().used_bytes == 3 * MiB);
+  void* c = r.allocate(s, MiB);  // cuscope's own stream types and the default alignment
+  CHECK(pool.stats().used_bytes == 4 * MiB);
+  r.deallocate(cs, a, MiB, 256);
+  r.deallocate_async(b, 2 * MiB, 64, cs);
+  r.deallocate(s, c, MiB);
+  CHECK(pool.stats().used_bytes == 0);
+  CHECK(r.allocate(s, 0) == nullptr);
+  s.synchronize();
+}
+
+TEST_CASE("pool_resource: a resource_ref holds it and allocates from the pool",
+          "[memory_resource]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  pool_resource r(pool);
+#if CCCL_VERSION < 3001000
+  cuda::mr::async_resource_ref<cuda::mr::device_accessible> async_ref{r};
+  void* p = async_ref.allocate_async(MiB, 256, cuda::stream_ref(s.get()));
+  CHECK(pool.stats().used_bytes == MiB);
+  async_ref.deallocate_async(p, MiB, 256, cuda::stream_ref(s.get()));
+  cuda::mr::resource_ref<cuda::mr::device_accessible> sync_ref{r};
+  void* q = sync_ref.allocate(2 * MiB, 256);
+  CHECK(pool.stats().used_bytes == 2 * MiB);
+  sync_ref.deallocate(q, 2 * MiB, 256);
+#else
+  cuda::mr::resource_ref<cuda::mr::device_accessible> async_ref{r};
+  void* p = async_ref.allocate(cuda::stream_ref(s.get()), MiB, 256);
+  CHECK(pool.stats().used_bytes == MiB);
+  async_ref.deallocate(cuda::stream_ref(s.get()), p, MiB, 256);
+  cuda::mr::synchronous_resource_ref<cuda::mr::device_accessible> sync_ref{r};
+  void* q = sync_ref.allocate_sync(2 * MiB, 256);
+  CHECK(pool.stats().used_bytes == 2 * MiB);
+  sync_ref.deallocate_sync(q, 2 * MiB, 256);
+#endif
+  CHECK(pool.stats().used_bytes == 0);
+  s.synchronize();
+  REQUIRE(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
+}
+
+TEST_CASE("pool_resource: equal resources share a pool", "[memory_resource]") {
+  device_guard device;
+  memory_pool pool;
+  memory_pool other;
+  stream s;
+  const pool_resource a(pool);
+  const pool_resource b(pool.ref(), s);
+  CHECK(a == b);
+  CHECK_FALSE(a != b);
+  CHECK(a != pool_resource(other));
+  CHECK(b.sync_stream() == s.ref());
+  CHECK(a.sync_stream() == cuscope::stream_ref::per_thread());
+}
+
+TEST_CASE(
+    "pool_resource: an alignment beyond 256 or not a power of two is refused, naming the pool",
+    "[memory_resource]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  pool_resource r(pool, s);
+  CHECK_THROWS_AS(r.allocate(s, 64, 512), std::invalid_argument);
+  CHECK_THROWS_WITH(r.allocate_sync(64, 512),
+                    contains("alignment 512 for 64 bytes from " + pool.describe()));
+  CHECK_THROWS_WITH(r.allocate_async(64, 3, cuda::stream_ref(s.get())), contains("alignment 3"));
+  CHECK_THROWS_AS(r.allocate(64, 0), std::invalid_argument);
+  CHECK(pool.stats().used_bytes == 0);
+  for (std::size_t alignment = 1; alignment <= 256; alignment *= 2) {
+    void* p = r.allocate(s, 100, alignment);
+    CHECK(aligned(p, alignment));
+    r.deallocate(s, p, 100, alignment);
+  }
+  s.synchronize();
+}
+
+TEST_CASE("pool_resource: a synchronous allocation is ready on any stream when it returns",
+          "[memory_resource]") {
+  device_guard device;
+  memory_pool pool;
+  stream sync;
+  stream other;
+  pool_resource r(pool, sync);
+  bool earlier_work_done = false;
+  REQUIRE(cudaLaunchHostFunc(
+              sync.get(), [](void* flag) { *static_cast<bool*>(flag) = true; },
+              &earlier_work_done) == cudaSuccess);
+  void* p = r.allocate_sync(MiB);
+  CHECK(earlier_work_done);  // it waited for the sync stream
+  CHECK(sync.ready());
+  CHECK(pool.stats().used_bytes == MiB);
+  // Usable on another stream with no event: zero it there and read it back.
+  REQUIRE(cudaMemsetAsync(p, 0, MiB, other.get()) == cudaSuccess);
+  unsigned char byte = 1;
+  REQUIRE(cudaMemcpyAsync(&byte, static_cast<unsigned char*>(p) + MiB - 1, 1,
+                          cudaMemcpyDeviceToHost, other.get()) == cudaSuccess);
+  other.synchronize();
+  CHECK(byte == 0);
+  r.deallocate_sync(p, MiB);
+  void* q = r.allocate(2 * MiB, 128);  // the CCCL 3.0 name of allocate_sync
+  CHECK(pool.stats().used_bytes == 2 * MiB);
+  r.deallocate(q, 2 * MiB, 128);
+  CHECK(pool.stats().used_bytes == 0);
+  sync.synchronize();
+}
+
+TEST_CASE("pool_resource: a pool on another device works while device 0 is current",
+          "[memory_resource]") {
+  device_guard device({2});
+  if (cuscope::test::device_count() < 2) return;
+  cuscope::pool_options o;
+  o.device = 1;
+  memory_pool pool(o);
+  pool_resource r(pool);  // the per-thread default stream, of device 1
+  void* p = r.allocate_sync(MiB);
+  CHECK(cuscope::current_device() == 0);
+  cudaPointerAttributes attributes{};
+  REQUIRE(cudaPointerGetAttributes(&attributes, p) == cudaSuccess);
+  CHECK(attributes.device == 1);
+  r.deallocate_sync(p, MiB);
+  CHECK(cuscope::current_device() == 0);
+  {
+    const cuscope::scoped_device on(1);
+    CHECK_NOTHROW(cuscope::stream_ref::per_thread().synchronize());
+  }
+  pool.trim_to(0);
+  CHECK(pool.stats().reserved_bytes == 0);  // the free ran on device 1's per-thread stream
+}
+
+#if CUSCOPE_TEST_SIMULATED
+
+TEST_CASE("pool_resource: a failing runtime call throws and leaks nothing",
+          "[memory_resource][sim]") {
+  const std::size_t runs = cuscope::test::fault_sweep([](cuscope::test::fault_point& fault) {
+    memory_pool pool;
+    stream s;
+    pool_resource r(pool, s);
+    void* p = nullptr;
+    void* q = nullptr;
+    const bool done = fault.run([&] {
+      p = r.allocate_sync(MiB);
+      q = r.allocate(s, MiB, 256);
+    });
+    if (done) CHECK(pool.stats().used_bytes == 2 * MiB);
+    r.deallocate_sync(p, MiB);
+    r.deallocate(s, q, MiB);
+    s.synchronize();
+    CHECK(pool.stats().used_bytes == 0);
+  });
+  CHECK(runs >= 4);
+}
+
+#endif
