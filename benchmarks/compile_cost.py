@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Compile cost of including <cuscope/cuscope.hpp> against including <cuda_runtime_api.h>.
+
+Three one-line translation units (empty, #include <cuda_runtime_api.h>, #include
+<cuscope/cuscope.hpp>) are checked with `<cxx> -std=c++17 -fsyntax-only`, interleaved in rounds
+(the order rotates), and preprocessed once with `-E -P`. Reported: the median CPU time (user +
+system of the compiler, steadier than wall time on a shared machine) and wall time of each, the
+preprocessed line counts, and the ratios cuscope / CUDA runtime header.
+"""
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+UNITS = [
+    ("empty", ""),
+    ("cuda_runtime_api.h", "#include <cuda_runtime_api.h>\n"),
+    ("what cuscope.hpp includes", None),  # filled in by dependencies()
+    ("cuscope/cuscope.hpp", "#include <cuscope/cuscope.hpp>\n"),
+]
+
+
+def dependencies(include_dirs):
+    """The <...> headers that <cuscope/cuscope.hpp> includes, directly or through its own headers:
+    the standard library and CUDA runtime headers that any user of cuscope pays for."""
+    root = None
+    for d in include_dirs:
+        if os.path.exists(os.path.join(d, "cuscope", "cuscope.hpp")):
+            root = os.path.join(d, "cuscope")
+    if root is None:
+        raise SystemExit("compile_cost: no cuscope/cuscope.hpp under the --include directories")
+    seen, angle, todo = set(), [], [os.path.join(root, "cuscope.hpp")]
+    while todo:
+        path = os.path.normpath(todo.pop())
+        if path in seen:
+            continue
+        seen.add(path)
+        with open(path) as f:
+            for line in f:
+                m = re.match(r'\s*#\s*include\s*([<"])([^>"]+)[>"]', line)
+                if not m:
+                    continue
+                if m.group(1) == '"':
+                    todo.append(os.path.join(os.path.dirname(path), m.group(2)))
+                elif m.group(2) not in angle:
+                    angle.append(m.group(2))
+    return "".join("#include <%s>\n" % h for h in sorted(angle))
+
+
+def quartiles(values):
+    v = sorted(values)
+    if len(v) == 1:
+        return v[0], v[0], v[0]
+    q = statistics.quantiles(v, n=4, method="inclusive")
+    return q[0], statistics.median(v), q[2]
+
+
+def timed(cmd):
+    """Runs cmd and returns (wall seconds, CPU seconds of the compiler and its children)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr.decode(errors="replace"))
+        raise SystemExit("compile_cost: %s failed" % " ".join(cmd))
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cxx", default=os.environ.get("CXX") or shutil.which("g++") or "c++")
+    p.add_argument("--include", action="append", default=[],
+                   help="an include directory (cuscope's include/); repeatable")
+    p.add_argument("--system-include", action="append", default=[],
+                   help="a system include directory (the CUDA toolkit's include/); repeatable")
+    p.add_argument("--runs", type=int, default=None, help="rounds (default 9, --quick 3)")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--json", help="write the results to this file")
+    a = p.parse_args()
+    runs = a.runs or (3 if a.quick else 9)
+    flags = ["-std=c++17"] + ["-I" + d for d in a.include] + \
+        [f for d in a.system_include for f in ("-isystem", d)]
+    version = subprocess.run([a.cxx, "--version"], stdout=subprocess.PIPE,
+                             universal_newlines=True).stdout.splitlines()[0]
+
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="cuscope-compile-cost-") as work:
+        files = {}
+        for name, text in UNITS:
+            if text is None:
+                text = dependencies(a.include)
+            path = os.path.join(work, name.replace("/", "_").replace(".", "_") + ".cpp")
+            with open(path, "w") as f:
+                f.write(text)
+            files[name] = path
+            pre = subprocess.run([a.cxx] + flags + ["-E", "-P", path], stdout=subprocess.PIPE,
+                                 universal_newlines=True, check=True).stdout
+            lines = pre.splitlines()
+            results[name] = {"preprocessed_lines": len(lines),
+                             "preprocessed_nonblank_lines": sum(1 for l in lines if l.strip()),
+                             "preprocessed_bytes": len(pre), "wall_s": [], "cpu_s": []}
+        for name, _ in UNITS:  # warm-up: the file system cache holds the headers
+            timed([a.cxx] + flags + ["-fsyntax-only", files[name]])
+        for r in range(runs):
+            for i in range(len(UNITS)):
+                name = UNITS[(i + r) % len(UNITS)][0]
+                wall, cpu = timed([a.cxx] + flags + ["-fsyntax-only", files[name]])
+                results[name]["wall_s"].append(wall)
+                results[name]["cpu_s"].append(cpu)
+
+    for name, r in results.items():
+        for key in ("wall_s", "cpu_s"):
+            q1, med, q3 = quartiles(r[key])
+            r[key.replace("_s", "_ms")] = {"median": med * 1e3, "p25": q1 * 1e3, "p75": q3 * 1e3,
+                                           "n": len(r[key]),
+                                           "spread_pct": (q3 - q1) / med * 100 if med else 0}
+    cu, cs = results["cuda_runtime_api.h"], results["cuscope/cuscope.hpp"]
+    ratios = {
+        "cpu_time": cs["cpu_ms"]["median"] / cu["cpu_ms"]["median"],
+        "wall_time": cs["wall_ms"]["median"] / cu["wall_ms"]["median"],
+        "preprocessed_lines": cs["preprocessed_nonblank_lines"] /
+        float(cu["preprocessed_nonblank_lines"]),
+        "cpu_time_vs_its_includes": cs["cpu_ms"]["median"] /
+        results["what cuscope.hpp includes"]["cpu_ms"]["median"],
+    }
+    columns = ["translation unit", "CPU time", "wall time", "preprocessed lines"]
+    rows = []
+    for name, _ in UNITS:
+        r = results[name]
+        label = "#include <%s>" % name if name.endswith((".h", ".hpp")) else "(%s)" % name
+        rows.append([label,
+                     "%.0f ms ±%.0f%%" % (r["cpu_ms"]["median"], r["cpu_ms"]["spread_pct"]),
+                     "%.0f ms ±%.0f%%" % (r["wall_ms"]["median"], r["wall_ms"]["spread_pct"]),
+                     "%d" % r["preprocessed_nonblank_lines"]])
+    rows.append(["cuscope / cuda_runtime_api.h", "%.2fx" % ratios["cpu_time"],
+                 "%.2fx" % ratios["wall_time"], "%.2fx" % ratios["preprocessed_lines"]])
+    inc = results["what cuscope.hpp includes"]
+    rows.append(["cuscope / what it includes",
+                 "%.2fx" % ratios["cpu_time_vs_its_includes"],
+                 "%.2fx" % (cs["wall_ms"]["median"] / inc["wall_ms"]["median"]),
+                 "%.2fx" % (cs["preprocessed_nonblank_lines"] /
+                            float(inc["preprocessed_nonblank_lines"]))])
+    title = "compile cost: %s -std=c++17 -fsyntax-only, median of %d runs" % (version, runs)
+    widths = [max(len(c), *(len(t[i]) for t in rows)) for i, c in enumerate(columns)]
+    print("\n" + title)
+    fmt = lambda cells: "  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i])
+                                  for i, c in enumerate(cells))
+    print(fmt(columns))
+    print("-" * (sum(widths) + 2 * (len(widths) - 1)))
+    for t in rows:
+        print(fmt(t))
+    notes = ["Compiler: %s; flags: %s -fsyntax-only (preprocessed lines: -E -P, non-blank)."
+             % (version, " ".join(flags)),
+             "CPU time is the compiler's user + system time; the empty unit shows the fixed cost "
+             "of starting the compiler; '(what cuscope.hpp includes)' includes only the standard "
+             "and CUDA headers that cuscope's headers include, so the rest is cuscope's own code."]
+    for line in notes:
+        print("note: " + line)
+    headline = [
+        {"name": "compile: <cuscope/cuscope.hpp> / <cuda_runtime_api.h>, -fsyntax-only CPU time",
+         "value": ratios["cpu_time"], "unit": "x"},
+        {"name": "compile: <cuscope/cuscope.hpp> / <cuda_runtime_api.h>, preprocessed lines",
+         "value": ratios["preprocessed_lines"], "unit": "x"},
+        {"name": "compile: <cuscope/cuscope.hpp> / the standard and CUDA headers it includes, "
+                 "-fsyntax-only CPU time", "value": ratios["cpu_time_vs_its_includes"], "unit": "x"},
+    ]
+    for h in headline:
+        print("headline: %s: %.2fx" % (h["name"], h["value"]))
+    if a.json:
+        for r in results.values():
+            r.pop("wall_s")
+            r.pop("cpu_s")
+        doc = {
+            "schema": "cuscope-bench/1", "benchmark": "compile", "simulated": False,
+            "quick": a.quick, "command_line": " ".join(sys.argv[1:]),
+            "device": {"name": "none (host compiler)", "simulated": False},
+            "build": {"compiler": version},
+            "config": {"runs": runs, "flags": flags},
+            "notes": notes,
+            "tables": [{"title": title, "columns": columns, "rows": rows}],
+            "results": [dict(unit=name, **results[name]) for name, _ in UNITS],
+            "included_headers": re.findall(r"<([^>]+)>", dependencies(a.include)),
+            "ratios": ratios, "headline": headline,
+        }
+        with open(a.json, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+        print("wrote " + a.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

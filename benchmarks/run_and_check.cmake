@@ -1,0 +1,57 @@
+# SPDX-License-Identifier: Apache-2.0
+# Runs a benchmark as a smoke test and checks only that it ran and wrote a valid JSON object (with
+# the members of the benchmarks' layout when it declares "schema": "cuscope-bench/1"); nothing here
+# looks at a timing.
+#   cmake -DJSON=<file> -P run_and_check.cmake -- <command> [<arg>...]
+# A command that prints "SKIPPED:" (a tool it needs is missing) passes without a file; the test's
+# SKIP_REGULAR_EXPRESSION reports it as Skipped.
+
+set(command "")
+set(after_separator OFF)
+foreach(i RANGE 1 ${CMAKE_ARGC})
+  if(i EQUAL CMAKE_ARGC)
+    break()
+  endif()
+  if(after_separator)
+    list(APPEND command "${CMAKE_ARGV${i}}")
+  elseif(CMAKE_ARGV${i} STREQUAL "--")
+    set(after_separator ON)
+  endif()
+endforeach()
+if(NOT command OR NOT JSON)
+  message(FATAL_ERROR "usage: cmake -DJSON=<file> -P run_and_check.cmake -- <command> [<arg>...]")
+endif()
+
+file(REMOVE "${JSON}")
+execute_process(COMMAND ${command} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}")
+if(err)
+  message("${err}")
+endif()
+if(out MATCHES "SKIPPED:")
+  return()
+endif()
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "the benchmark failed with exit code ${status}")
+endif()
+if(NOT EXISTS "${JSON}")
+  message(FATAL_ERROR "the benchmark wrote no ${JSON}")
+endif()
+file(READ "${JSON}" text)
+string(JSON type ERROR_VARIABLE json_error TYPE "${text}")
+if(json_error OR NOT type STREQUAL "OBJECT")
+  message(FATAL_ERROR "${JSON} is not a valid JSON object: ${json_error}")
+endif()
+string(JSON schema ERROR_VARIABLE json_error GET "${text}" schema)
+if(NOT json_error)  # the layout of benchmarks/bench.hpp: check its members too
+  if(NOT schema STREQUAL "cuscope-bench/1")
+    message(FATAL_ERROR "${JSON}: unknown schema '${schema}'")
+  endif()
+  foreach(member benchmark results headline)
+    string(JSON value ERROR_VARIABLE json_error GET "${text}" ${member})
+    if(json_error)
+      message(FATAL_ERROR "${JSON}: no member '${member}': ${json_error}")
+    endif()
+  endforeach()
+endif()
+message(STATUS "valid JSON in ${JSON}")
