@@ -7,6 +7,11 @@
 
 #include "test_support.hpp"
 
+#if __has_include(<cuda/stream_ref>)
+#  include <cuda/stream_ref>
+#  define CUSCOPE_TEST_HAVE_CUDA_STREAM_REF 1
+#endif
+
 using cuscope::stream;
 using cuscope::stream_ref;
 using cuscope::test::contains;
@@ -137,6 +142,18 @@ TEST_CASE("stream_ref: it names default streams and converts to and from other r
   CHECK(r.ready());
   CHECK_THAT(r.describe(), contains("stream 0x"));
 }
+
+#if defined(CUSCOPE_TEST_HAVE_CUDA_STREAM_REF)
+TEST_CASE("stream_ref: it converts to and from cuda::stream_ref", "[stream]") {
+  device_guard device;
+  stream s;
+  const cuda::stream_ref theirs = s.ref();
+  CHECK(theirs.get() == s.get());
+  const stream_ref ours = theirs;
+  CHECK(ours == s.ref());
+  ours.synchronize();
+}
+#endif
 
 #if CUSCOPE_TEST_SIMULATED
 TEST_CASE("stream_ref: a failed synchronization is a cuda_error naming the stream",
