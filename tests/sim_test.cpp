@@ -301,6 +301,21 @@ TEST_CASE("sim: pointer attributes tell device, pinned host and unregistered mem
   REQUIRE(cudaFree(d) == cudaSuccess);
 }
 
+TEST_CASE("sim: pointer attributes of pinned memory name the device current at its allocation",
+          "[sim]") {
+  device_guard device({2});
+  if (cuscope::test::device_count() < 2) return;
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  void* h = nullptr;
+  REQUIRE(cudaMallocHost(&h, 64) == cudaSuccess);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  cudaPointerAttributes a{};
+  REQUIRE(cudaPointerGetAttributes(&a, h) == cudaSuccess);
+  CHECK(a.type == cudaMemoryTypeHost);
+  CHECK(a.device == 1);
+  REQUIRE(cudaFreeHost(h) == cudaSuccess);
+}
+
 #if CUSCOPE_TEST_SIMULATED
 
 TEST_CASE("sim: a copy from pageable memory reads the source before the call returns", "[sim]") {
@@ -710,7 +725,16 @@ TEST_CASE("sim: memory freed on one stream is reused on another only in stream o
     CHECK(q == p);
     REQUIRE(cudaFreeAsync(q, a) == cudaSuccess);
   }
-  SECTION("another stream reuses it by waiting for the free") {
+  SECTION("another stream gets new memory rather than wait for the free") {
+    void* q = nullptr;
+    REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, b) == cudaSuccess);
+    CHECK(q != p);
+    CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 4 * MiB);
+    REQUIRE(cudaFreeAsync(q, b) == cudaSuccess);
+  }
+  SECTION("another stream reuses it by waiting for the free when the device is full") {
+    void* hog = nullptr;
+    REQUIRE(cudaMalloc(&hog, free_bytes()) == cudaSuccess);
     t.add(a, 1);  // runs after the free on a
     void* q = nullptr;
     REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, b) == cudaSuccess);
@@ -719,6 +743,7 @@ TEST_CASE("sim: memory freed on one stream is reused on another only in stream o
     REQUIRE(cudaStreamSynchronize(b) == cudaSuccess);
     CHECK(cuscope::sim::pending_operations() == 1);  // the host function on a
     REQUIRE(cudaFreeAsync(q, b) == cudaSuccess);
+    REQUIRE(cudaFree(hog) == cudaSuccess);
   }
   SECTION("without internal dependencies another stream gets new memory") {
     int no = 0;

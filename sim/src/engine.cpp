@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 
@@ -119,6 +120,7 @@ void validate(const device_config& c) {
 }
 
 void build(state& g) {
+  g.calls_by_api.assign(std::size(simulated_apis), 0);
   g.devices.resize(static_cast<std::size_t>(g.config.device_count));
   for (int i = 0; i < g.config.device_count; ++i) {
     device_state& d = g.devices[static_cast<std::size_t>(i)];
@@ -224,37 +226,76 @@ std::string report(const state& g) {
   return out;
 }
 
+// A free whose completion has not run still points into its chunk: releasing the chunk then
+// would leave that completion writing to memory that is gone, even when the segment it freed has
+// since been reused and freed again on another stream.
 bool releasable(const pool_chunk& c) {
-  for (const auto& [offset, s] : c.segments)
-    if (s.used || s.free_pending) return false;
-  return true;
+  return c.used_segments == 0 && c.pending_frees == 0;
 }
 
-// Merges neighbouring free segments that allocations may treat as one.
-void coalesce(const CUmemPoolHandle_st& pool, pool_chunk& c) {
-  auto it = c.segments.begin();
-  while (it != c.segments.end()) {
+void index_insert(CUmemPoolHandle_st& pool, pool_chunk& c, segment_map::iterator seg) {
+  pool.free_segments.insert(free_entry{seg->second.size, c.serial, seg->first, &c, seg});
+}
+
+free_entry index_key(const pool_chunk& c, segment_map::const_iterator seg) {
+  return free_entry{seg->second.size, c.serial, seg->first, nullptr, {}};
+}
+
+// Whether allocations may treat two neighbouring free segments as one. Under a fixed value of the
+// pool's opportunistic flag this is an equivalence between free segments, which is what lets a
+// change be coalesced around itself only.
+bool mergeable(const CUmemPoolHandle_st& pool, const segment& a, const segment& b) {
+  const bool same_free = a.free_stream == b.free_stream && a.free_seq == b.free_seq;
+  const bool both_done = !a.free_pending && !b.free_pending;
+  return !a.used && !b.used &&
+         ((both_done && (pool.allow_opportunistic || same_free)) ||
+          (a.free_pending && b.free_pending && same_free));
+}
+
+// Merges neighbouring free segments that allocations may treat as one, from `it` onwards, until
+// the segment at offset `last` has been passed: the left segment absorbs the right one and keeps
+// its own free.
+void coalesce_from(CUmemPoolHandle_st& pool, pool_chunk& c, segment_map::iterator it,
+                   std::size_t last) {
+  while (it != c.segments.end() && it->first <= last) {
     auto next = std::next(it);
-    if (next == c.segments.end()) break;
-    segment& a = it->second;
-    const segment& b = next->second;
-    const bool same_free = a.free_stream == b.free_stream && a.free_seq == b.free_seq;
-    const bool both_done = !a.free_pending && !b.free_pending;
-    if (!a.used && !b.used &&
-        ((both_done && (pool.allow_opportunistic || same_free)) ||
-         (a.free_pending && b.free_pending && same_free))) {
-      a.size += b.size;
-      c.segments.erase(next);
-    } else {
-      it = next;
+    if (next != c.segments.end() && mergeable(pool, it->second, next->second)) {
+      segment& a = it->second;
+      // The index entry moves to the merged size; its node is reused rather than reallocated.
+      auto entry = pool.free_segments.extract(index_key(c, it));
+      do {
+        pool.free_segments.erase(index_key(c, next));
+        a.size += next->second.size;
+        next = c.segments.erase(next);
+      } while (next != c.segments.end() && mergeable(pool, a, next->second));
+      entry.value().size = a.size;
+      pool.free_segments.insert(std::move(entry));
     }
+    it = next;
   }
+}
+
+// Coalesces a chunk after the segments from first to offset last changed (first is end() when
+// none did), with the result of a pass over the whole chunk. Where no neighbours could merge
+// before the change, only the changed segments and their neighbours can merge now; a chunk
+// coalesced while opportunistic reuse was off may hold done neighbours that can merge once it is
+// on, and gets the whole pass.
+void coalesce(CUmemPoolHandle_st& pool, pool_chunk& c, segment_map::iterator first,
+              std::size_t last) {
+  if (!c.coalesced_opportunistic && pool.allow_opportunistic) {
+    coalesce_from(pool, c, c.segments.begin(), std::numeric_limits<std::size_t>::max());
+  } else if (first != c.segments.end()) {
+    if (first != c.segments.begin()) --first;
+    coalesce_from(pool, c, first, last);
+  }
+  c.coalesced_opportunistic = pool.allow_opportunistic;
 }
 
 // 0: usable as is; 1: usable once the allocation waits for the free; -1: not usable.
 int reuse_rank(const CUmemPoolHandle_st& pool, const segment& seg, const CUstream_st& s) {
   if (seg.free_stream == nullptr || seg.free_stream == &s) return 0;
   if (!seg.free_pending && pool.allow_opportunistic) return 0;
+  if (seg.free_stream->observed >= seg.free_seq) return 0;
   if (pool.follow_event_dependencies) {
     const auto it = s.known.find(seg.free_stream->id);
     if (it != s.known.end() && it->second >= seg.free_seq) return 0;
@@ -266,19 +307,28 @@ int reuse_rank(const CUmemPoolHandle_st& pool, const segment& seg, const CUstrea
 void complete_free(state& g, CUmemPoolHandle_st* pool, pool_chunk* chunk, std::size_t offset,
                    std::size_t size, CUstream_st* s, std::uint64_t seq) {
   poison(chunk->mem.host + offset, std::min(size, poison_limit));
+  // Segments of the freed block that were not reused since, as one or cut by reuses.
+  auto first = chunk->segments.end();
+  std::size_t last = 0;
   for (auto it = chunk->segments.lower_bound(offset);
        it != chunk->segments.end() && it->first < offset + size; ++it) {
     segment& seg = it->second;
-    if (!seg.used && seg.free_pending && seg.free_stream == s && seg.free_seq == seq)
+    if (!seg.used && seg.free_pending && seg.free_stream == s && seg.free_seq == seq) {
       seg.free_pending = false;
+      if (first == chunk->segments.end()) first = it;
+      last = it->first;
+    }
   }
   --pool->pending_frees;
-  coalesce(*pool, *chunk);
+  --chunk->pending_frees;
+  coalesce(*pool, *chunk, first, last);
   pool_release_if_destroyed(g, *pool);
 }
 
 void release_chunk(state& g, CUmemPoolHandle_st& pool, std::size_t index) {
   pool_chunk& c = *pool.chunks[index];
+  for (auto it = c.segments.begin(); it != c.segments.end(); ++it)
+    if (!it->second.used) pool.free_segments.erase(index_key(c, it));
   pool.reserved -= c.mem.size;
   release_region(g, c.mem);
   pool.chunks.erase(pool.chunks.begin() + static_cast<std::ptrdiff_t>(index));
@@ -311,9 +361,14 @@ bool& in_host_function() {
   return inside;
 }
 
+std::size_t api_index(const char* name) {
+  for (std::size_t i = 0; i < std::size(simulated_apis); ++i)
+    if (std::strcmp(simulated_apis[i], name) == 0) return i;
+  return any_api;
+}
+
 bool is_simulated_api(const std::string& name) {
-  return std::any_of(std::begin(simulated_apis), std::end(simulated_apis),
-                     [&](const char* api) { return name == api; });
+  return api_index(name.c_str()) != any_api;
 }
 
 bool is_sticky(cudaError_t e) {
@@ -330,8 +385,12 @@ bool is_sticky(cudaError_t e) {
     case cudaErrorECCUncorrectable:
       return true;
     default:
-      return false;
+      break;
   }
+  // cudaErrorContained, cudaErrorTensorMemoryLeak, cudaErrorMpsClientTerminated and
+  // cudaErrorExternalDevice, by number: not every supported toolkit names them all.
+  const int code = static_cast<int>(e);
+  return code == 226 || code == 721 || code == 810 || code == 911;
 }
 
 cudaError_t record_error(cudaError_t error) {
@@ -339,13 +398,13 @@ cudaError_t record_error(cudaError_t error) {
   return error;
 }
 
-cudaError_t begin_call(state& g, const char* api) {
+cudaError_t begin_call(state& g, std::size_t api) {
   ++g.calls;
-  ++g.calls_by_api[api];
+  if (api < g.calls_by_api.size()) ++g.calls_by_api[api];
   if (!g.faults.empty()) {
     cudaError_t fired = cudaSuccess;
     for (auto it = g.faults.begin(); it != g.faults.end();) {
-      if (it->api.empty() || it->api == api) {
+      if (it->api == any_api || it->api == api) {
         if (--it->countdown == 0) {
           if (fired == cudaSuccess) fired = it->error;
           it = g.faults.erase(it);
@@ -470,9 +529,9 @@ CUstream_st* create_stream(state& g, int device, unsigned flags, int priority,
 
 cudaError_t resolve_stream(state& g, cudaStream_t handle, bool per_thread_default,
                            CUstream_st*& out) {
-  thread_state& t = this_thread();
   if (handle == nullptr) handle = per_thread_default ? cudaStreamPerThread : cudaStreamLegacy;
   if (handle == cudaStreamLegacy || handle == cudaStreamPerThread) {
+    thread_state& t = this_thread();
     device_state* d = find_device(g, t.device);
     if (d == nullptr) return cudaErrorNoDevice;
     if (handle == cudaStreamLegacy) {
@@ -499,8 +558,31 @@ void merge(order_clock& into, const order_clock& from) {
   }
 }
 
-std::uint64_t enqueue(state& g, CUstream_st& s, std::function<void()> work,
-                      std::vector<dependency> deps) {
+namespace {
+
+void run_work(work_fn& work) {
+  bool& inside = in_host_function();
+  inside = true;
+  try {
+    work();
+  } catch (...) {
+    std::fprintf(stderr,
+                 "cuscope::sim: a host function enqueued with cudaLaunchHostFunc "
+                 "threw an exception; CUDA host functions must not throw\n");
+    std::abort();
+  }
+  inside = false;
+}
+
+bool all_done(const std::vector<dependency>& deps) {
+  for (const dependency& d : deps)
+    if (d.stream->completed < d.seq) return false;
+  return true;
+}
+
+}  // namespace
+
+std::uint64_t enqueue(state& g, CUstream_st& s, work_fn work, std::vector<dependency> deps) {
   device_state& d = g.devices[static_cast<std::size_t>(s.device)];
   const auto order_after = [&](CUstream_st& other) {
     if (other.enqueued > other.completed) deps.push_back({&other, other.enqueued});
@@ -515,14 +597,42 @@ std::uint64_t enqueue(state& g, CUstream_st& s, std::function<void()> work,
   } else if ((s.flags & cudaStreamNonBlocking) == 0) {
     order_after(*d.legacy);
   }
+  const std::uint64_t seq = ++s.enqueued;
+  const std::uint64_t ticket = g.next_ticket++;
+  // Eager work with nothing before it runs at once, as queuing and driving it would run it.
+  if (g.config.mode == execution::eager && s.pending.empty() && all_done(deps)) {
+    if (work) run_work(work);
+    s.completed = seq;
+    return seq;
+  }
   operation op;
-  op.seq = ++s.enqueued;
-  op.ticket = g.next_ticket++;
+  op.seq = seq;
+  op.ticket = ticket;
   op.deps = std::move(deps);
   op.work = std::move(work);
   s.pending.push_back(std::move(op));
-  if (g.config.mode == execution::eager) drive(g, {{&s, s.enqueued}});
-  return s.enqueued;
+  if (g.config.mode == execution::eager) drive_to(g, s, seq);
+  return seq;
+}
+
+void drive_to(state& g, CUstream_st& s, std::uint64_t seq) {
+  if (seq <= s.completed) return;
+  // Usually the work up to seq waits for nothing but its own stream: then it runs in stream
+  // order, as drive would run it, without the search through other streams.
+  for (const operation& op : s.pending) {
+    if (op.seq > seq) break;
+    for (const dependency& d : op.deps) {
+      if (d.stream->completed >= d.seq || (d.stream == &s && d.seq < op.seq)) continue;
+      drive(g, {{&s, seq}});
+      return;
+    }
+  }
+  while (!s.pending.empty() && s.pending.front().seq <= seq) {
+    operation op = std::move(s.pending.front());
+    s.pending.pop_front();
+    if (op.work) run_work(op.work);
+    s.completed = op.seq;
+  }
 }
 
 void drive(state&, std::vector<dependency> targets) {
@@ -551,25 +661,13 @@ void drive(state&, std::vector<dependency> targets) {
     if (next == nullptr) break;
     operation op = std::move(next->pending.front());
     next->pending.pop_front();
-    if (op.work) {
-      bool& inside = in_host_function();
-      inside = true;
-      try {
-        op.work();
-      } catch (...) {
-        std::fprintf(stderr,
-                     "cuscope::sim: a host function enqueued with cudaLaunchHostFunc "
-                     "threw an exception; CUDA host functions must not throw\n");
-        std::abort();
-      }
-      inside = false;
-    }
+    if (op.work) run_work(op.work);
     next->completed = op.seq;
   }
 }
 
 void drive_stream(state& g, CUstream_st& s) {
-  drive(g, {{&s, s.enqueued}});
+  drive_to(g, s, s.enqueued);
 }
 
 void drive_device(state& g, int device) {
@@ -582,6 +680,16 @@ void drive_device(state& g, int device) {
 void drive_all(state& g) {
   for (const device_state& d : g.devices)
     drive_device(g, d.index);
+}
+
+void observe(state& g, CUstream_st& s, std::uint64_t seq, const order_clock& known) {
+  const auto see = [](CUstream_st& t, std::uint64_t upto) {
+    t.observed = std::max(t.observed, std::min(upto, t.completed));
+  };
+  see(s, seq);
+  // Streams get their ids in creation order, from 1, and live until the next reset.
+  for (const auto& [id, upto] : known)
+    if (id >= 1 && id <= g.streams.size()) see(*g.streams[id - 1], upto);
 }
 
 void after_synchronize(state& g, int device) {
@@ -608,56 +716,90 @@ CUmemPoolHandle_st* create_pool(state& g, int device, std::size_t max_size, bool
   return raw;
 }
 
+namespace {
+
+// A new chunk of the granularity that holds need bytes, as one free segment that is not in the
+// index; null when the pool may not grow or the device has too little memory left.
+pool_chunk* grow(state& g, CUmemPoolHandle_st& pool, std::size_t need) {
+  device_state& d = g.devices[static_cast<std::size_t>(pool.device)];
+  const std::size_t granularity = g.config.pool_granularity_bytes;
+  if (need > std::numeric_limits<std::size_t>::max() - granularity) return nullptr;
+  const std::size_t chunk_bytes = round_up(need, granularity);
+  if (pool.max_size != 0 && pool.reserved + chunk_bytes > pool.max_size) return nullptr;
+  if (device_free_bytes(g, d) < chunk_bytes) return nullptr;
+  auto c = std::make_unique<pool_chunk>();
+  if (!reserve_region(d, chunk_bytes, c->mem)) return nullptr;
+  c->segments.emplace(0, segment{chunk_bytes, false, false, nullptr, 0});
+  c->serial = pool.next_chunk_serial++;
+  pool_chunk* raw = c.get();
+  pool.chunks.push_back(std::move(c));
+  pool.reserved += chunk_bytes;
+  pool.reserved_high = std::max(pool.reserved_high, pool.reserved);
+  return raw;
+}
+
+}  // namespace
+
 cudaError_t pool_allocate(state& g, CUmemPoolHandle_st& pool, std::size_t bytes, CUstream_st& s,
                           const char* api, void** out) {
   if (bytes == 0) return cudaErrorInvalidValue;
   if (bytes > std::numeric_limits<std::size_t>::max() - allocation_alignment)
     return cudaErrorMemoryAllocation;
   const std::size_t need = round_up(bytes, allocation_alignment);
-  pool_chunk* best_chunk = nullptr;
-  std::size_t best_offset = 0;
-  std::size_t best_size = 0;
+  // Best fit: the lowest reuse rank, then the smallest segment, then the oldest chunk and the
+  // lowest offset. The index is in the order of the last three, so the first segment of rank 0
+  // wins, and without one the first of rank 1.
+  auto best = pool.free_segments.end();
   int best_rank = 2;
-  for (auto& c : pool.chunks) {
-    for (const auto& [offset, seg] : c->segments) {
-      if (seg.used || seg.size < need) continue;
-      const int rank = reuse_rank(pool, seg, s);
-      if (rank < 0) continue;
-      if (rank < best_rank || (rank == best_rank && seg.size < best_size)) {
-        best_chunk = c.get();
-        best_offset = offset;
-        best_size = seg.size;
-        best_rank = rank;
-      }
+  for (auto it = pool.free_segments.lower_bound(free_entry{need, 0, 0, nullptr, {}});
+       it != pool.free_segments.end(); ++it) {
+    const int rank = reuse_rank(pool, it->where->second, s);
+    if (rank == 0) {
+      best = it;
+      best_rank = 0;
+      break;
+    }
+    if (rank == 1 && best_rank == 2) {
+      best = it;
+      best_rank = 1;
     }
   }
-  if (best_chunk == nullptr) {
-    device_state& d = g.devices[static_cast<std::size_t>(pool.device)];
-    const std::size_t granularity = g.config.pool_granularity_bytes;
-    if (need > std::numeric_limits<std::size_t>::max() - granularity)
+  pool_chunk* best_chunk = nullptr;
+  segment_map::iterator where;
+  // Memory that is free now comes first, then more memory from the device; memory whose reuse
+  // makes the allocation wait for a free on another stream is the last resort.
+  if (best_rank != 0) {
+    best_chunk = grow(g, pool, need);
+    if (best_chunk != nullptr) {
+      where = best_chunk->segments.begin();
+      best_rank = 0;
+    } else if (best == pool.free_segments.end()) {
       return cudaErrorMemoryAllocation;
-    const std::size_t chunk_bytes = round_up(need, granularity);
-    if (pool.max_size != 0 && pool.reserved + chunk_bytes > pool.max_size)
-      return cudaErrorMemoryAllocation;
-    if (device_free_bytes(g, d) < chunk_bytes) return cudaErrorMemoryAllocation;
-    auto c = std::make_unique<pool_chunk>();
-    if (!reserve_region(d, chunk_bytes, c->mem)) return cudaErrorMemoryAllocation;
-    c->segments.emplace(0, segment{chunk_bytes, false, false, nullptr, 0});
-    best_chunk = c.get();
-    best_offset = 0;
-    best_rank = 0;
-    pool.chunks.push_back(std::move(c));
-    pool.reserved += chunk_bytes;
-    pool.reserved_high = std::max(pool.reserved_high, pool.reserved);
+    }
   }
-  segment& seg = best_chunk->segments[best_offset];
+  // The chosen segment leaves the index; its node serves what is cut off it, if anything.
+  decltype(pool.free_segments)::node_type entry;
+  if (best_chunk == nullptr) {
+    best_chunk = best->chunk;
+    where = best->where;
+    entry = pool.free_segments.extract(best);
+  }
+  const std::size_t best_offset = where->first;
+  segment& seg = where->second;
   std::vector<dependency> deps;
   if (best_rank == 1) deps.push_back({seg.free_stream, seg.free_seq});
   if (seg.size > need) {
     segment rest = seg;
     rest.size = seg.size - need;
-    best_chunk->segments.emplace(best_offset + need, rest);
+    const auto cut = best_chunk->segments.emplace_hint(std::next(where), best_offset + need, rest);
+    if (entry.empty()) {
+      index_insert(pool, *best_chunk, cut);
+    } else {
+      entry.value() = free_entry{rest.size, best_chunk->serial, cut->first, best_chunk, cut};
+      pool.free_segments.insert(std::move(entry));
+    }
   }
+  ++best_chunk->used_segments;
   seg.size = need;
   seg.used = true;
   seg.free_pending = false;
@@ -674,6 +816,7 @@ cudaError_t pool_allocate(state& g, CUmemPoolHandle_st& pool, std::size_t bytes,
   a.kind = alloc_kind::stream_ordered;
   a.pool = &pool;
   a.chunk = best_chunk;
+  a.where = where;
   a.stream_id = s.id;
   a.call = g.calls;
   a.api = api;
@@ -686,21 +829,24 @@ cudaError_t pool_allocate(state& g, CUmemPoolHandle_st& pool, std::size_t bytes,
   return cudaSuccess;
 }
 
-cudaError_t pool_free(state& g, const device_allocation& allocation, CUstream_st* s) {
-  const device_allocation a = allocation;
+cudaError_t pool_free(state& g, std::map<std::uintptr_t, device_allocation>::iterator allocation,
+                      CUstream_st* s) {
+  const device_allocation a = allocation->second;
   CUmemPoolHandle_st* pool = a.pool;
   pool_chunk* chunk = a.chunk;
   const std::size_t offset = a.ptr - chunk->mem.va;
-  segment& seg = chunk->segments[offset];
+  segment& seg = a.where->second;
   seg.used = false;
+  --chunk->used_segments;
   pool->used -= a.footprint;
-  g.device_allocs.erase(a.ptr);
+  g.device_allocs.erase(allocation);
   if (s == nullptr) {
     poison(chunk->mem.host + offset, std::min(a.footprint, poison_limit));
     seg.free_pending = false;
     seg.free_stream = nullptr;
     seg.free_seq = 0;
-    coalesce(*pool, *chunk);
+    index_insert(*pool, *chunk, a.where);
+    coalesce(*pool, *chunk, a.where, offset);
     pool_release_if_destroyed(g, *pool);
     return cudaSuccess;
   }
@@ -709,7 +855,11 @@ cudaError_t pool_free(state& g, const device_allocation& allocation, CUstream_st
   seg.free_stream = s;
   seg.free_seq = seq;
   ++pool->pending_frees;
-  coalesce(*pool, *chunk);
+  ++chunk->pending_frees;
+  index_insert(*pool, *chunk, a.where);
+  // No other segment waits for this free, so the segment can merge with none: only a chunk left
+  // to coalesce whole needs a pass.
+  coalesce(*pool, *chunk, chunk->segments.end(), 0);
   const std::size_t size = a.footprint;
   enqueue(g, *s, [&g, pool, chunk, offset, size, s, seq] {
     complete_free(g, pool, chunk, offset, size, s, seq);
@@ -720,7 +870,7 @@ cudaError_t pool_free(state& g, const device_allocation& allocation, CUstream_st
 void pool_trim(state& g, CUmemPoolHandle_st& pool, std::size_t bytes, trim_mode mode) {
   if (pool.reserved <= bytes) return;
   for (auto& c : pool.chunks)
-    coalesce(pool, *c);
+    coalesce(pool, *c, c->segments.end(), 0);
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < pool.chunks.size(); ++i)
     if (releasable(*pool.chunks[i])) order.push_back(i);
@@ -783,7 +933,7 @@ void fail_call(std::size_t n, cudaError_t error) {
     throw std::invalid_argument("cuscope::sim::fail_call: cudaSuccess is not a fault");
   state& g = global();
   std::lock_guard<std::recursive_mutex> lock(g.mutex);
-  g.faults.push_back({std::string(), n, error});
+  g.faults.push_back({any_api, n, error});
 }
 
 void fail_api(const char* api, std::size_t nth, cudaError_t error) {
@@ -795,7 +945,7 @@ void fail_api(const char* api, std::size_t nth, cudaError_t error) {
     throw std::invalid_argument("cuscope::sim::fail_api: cudaSuccess is not a fault");
   state& g = global();
   std::lock_guard<std::recursive_mutex> lock(g.mutex);
-  g.faults.push_back({std::string(api), nth, error});
+  g.faults.push_back({api_index(api), nth, error});
 }
 
 void clear_faults() {
@@ -816,8 +966,7 @@ std::size_t call_count(const char* api) {
                                 "' is not a function of the simulated runtime");
   state& g = global();
   std::lock_guard<std::recursive_mutex> lock(g.mutex);
-  const auto it = g.calls_by_api.find(api);
-  return it == g.calls_by_api.end() ? 0 : it->second;
+  return g.calls_by_api[api_index(api)];
 }
 
 std::size_t outstanding_allocations() {

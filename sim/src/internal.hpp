@@ -8,13 +8,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <set>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "cuscope/sim.hpp"
@@ -30,15 +33,112 @@ struct dependency {
   std::uint64_t seq;
 };
 
+// The work of an operation, held in place: every closure the simulation enqueues fits, so
+// enqueuing allocates nothing (std::function would, for most of them).
+class work_fn {
+ public:
+  work_fn() noexcept = default;
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, work_fn>>>
+  work_fn(F&& f) {  // implicit, so that call sites pass lambdas as they would a std::function
+    using T = std::decay_t<F>;
+    static_assert(sizeof(T) <= capacity && alignof(T) <= alignof(std::max_align_t),
+                  "closure too large for work_fn: raise its capacity");
+    static_assert(std::is_nothrow_move_constructible_v<T>, "work_fn moves closures noexcept");
+    ::new (static_cast<void*>(storage_)) T(std::forward<F>(f));
+    ops_ = &table<T>;
+  }
+  work_fn(work_fn&& other) noexcept { take(other); }
+  work_fn& operator=(work_fn&& other) noexcept {
+    if (this != &other) {
+      clear();
+      take(other);
+    }
+    return *this;
+  }
+  work_fn(const work_fn&) = delete;
+  work_fn& operator=(const work_fn&) = delete;
+  ~work_fn() { clear(); }
+
+  explicit operator bool() const noexcept { return ops_ != nullptr; }
+  void operator()() { ops_->invoke(storage_); }
+
+ private:
+  static constexpr std::size_t capacity = 56;
+  struct vtable {
+    void (*invoke)(void*);
+    void (*relocate)(void* from, void* to) noexcept;
+    void (*destroy)(void*) noexcept;
+  };
+  template <class T>
+  static void invoke_as(void* p) {
+    (*static_cast<T*>(p))();
+  }
+  template <class T>
+  static void relocate_as(void* from, void* to) noexcept {
+    T* f = static_cast<T*>(from);
+    ::new (to) T(std::move(*f));
+    f->~T();
+  }
+  template <class T>
+  static void destroy_as(void* p) noexcept {
+    static_cast<T*>(p)->~T();
+  }
+  template <class T>
+  static constexpr vtable table{&invoke_as<T>, &relocate_as<T>, &destroy_as<T>};
+
+  void take(work_fn& other) noexcept {
+    if (other.ops_ == nullptr) return;
+    other.ops_->relocate(other.storage_, storage_);
+    ops_ = other.ops_;
+    other.ops_ = nullptr;
+  }
+  void clear() noexcept {
+    if (ops_ != nullptr) ops_->destroy(storage_);
+    ops_ = nullptr;
+  }
+
+  alignas(std::max_align_t) unsigned char storage_[capacity];
+  const vtable* ops_ = nullptr;
+};
+
 struct operation {
   std::uint64_t seq = 0;     // position in its stream, from 1
   std::uint64_t ticket = 0;  // global enqueue order
   std::vector<dependency> deps;
-  std::function<void()> work;  // empty for markers
+  work_fn work;  // empty for markers
 };
 
 struct region;      // device memory reserved from a device: a pool chunk or a cudaMalloc block
 struct pool_chunk;  // a region owned by a pool, cut into segments
+
+struct segment {
+  std::size_t size = 0;
+  bool used = false;
+  // For a free segment: the free that returned it, until that free has run.
+  bool free_pending = false;
+  CUstream_st* free_stream = nullptr;
+  std::uint64_t free_seq = 0;
+};
+
+// A chunk's segments by offset. Its nodes stay put while they exist, so the index and live
+// allocations keep iterators to their segments instead of looking them up.
+using segment_map = std::map<std::size_t, segment>;
+
+// A free segment of a pool, ordered as allocations prefer it among those of equal reuse rank:
+// smallest first, then the oldest chunk, then the lowest offset.
+struct free_entry {
+  std::size_t size = 0;
+  std::uint64_t chunk_serial = 0;
+  std::size_t offset = 0;
+  pool_chunk* chunk = nullptr;
+  segment_map::iterator where{};  // not part of the order
+
+  bool operator<(const free_entry& o) const noexcept {
+    if (size != o.size) return size < o.size;
+    if (chunk_serial != o.chunk_serial) return chunk_serial < o.chunk_serial;
+    return offset < o.offset;
+  }
+};
 
 }  // namespace cuscope::sim::detail
 
@@ -55,6 +155,7 @@ struct CUstream_st {
   std::deque<cuscope::sim::detail::operation> pending;
   std::uint64_t enqueued = 0;   // seq of the last enqueued operation
   std::uint64_t completed = 0;  // seq of the last operation that ran
+  std::uint64_t observed = 0;   // seq of the last operation a synchronization saw complete
   cuscope::sim::detail::order_clock known;
 };
 
@@ -87,7 +188,11 @@ struct CUmemPoolHandle_st {
   std::size_t used = 0;
   std::size_t used_high = 0;
   std::size_t pending_frees = 0;
-  std::vector<std::unique_ptr<cuscope::sim::detail::pool_chunk>> chunks;
+  std::vector<std::unique_ptr<cuscope::sim::detail::pool_chunk>> chunks;  // oldest first
+  std::uint64_t next_chunk_serial = 0;
+  std::map<int, cudaMemAccessFlags> peer_access;  // granted by cudaMemPoolSetAccess
+  // Every free segment of every chunk, so that an allocation finds its best fit without a scan.
+  std::set<cuscope::sim::detail::free_entry> free_segments;
 };
 
 namespace cuscope::sim::detail {
@@ -99,18 +204,15 @@ struct region {
   int device = 0;
 };
 
-struct segment {
-  std::size_t size = 0;
-  bool used = false;
-  // For a free segment: the free that returned it, until that free has run.
-  bool free_pending = false;
-  CUstream_st* free_stream = nullptr;
-  std::uint64_t free_seq = 0;
-};
-
 struct pool_chunk {
   region mem;
-  std::map<std::size_t, segment> segments;  // by offset
+  segment_map segments;
+  std::uint64_t serial = 0;  // creation order within its pool
+  std::size_t used_segments = 0;
+  std::size_t pending_frees = 0;  // enqueued frees of its memory that have not run
+  // No two neighbouring segments could merge under this value of the pool's opportunistic reuse
+  // flag (true also implies it for false), so a change needs coalescing only around itself.
+  bool coalesced_opportunistic = true;
 };
 
 enum class alloc_kind { malloc, stream_ordered };
@@ -123,6 +225,7 @@ struct device_allocation {
   alloc_kind kind = alloc_kind::malloc;
   CUmemPoolHandle_st* pool = nullptr;
   pool_chunk* chunk = nullptr;
+  segment_map::iterator where{};  // its segment in chunk, which a used segment never leaves
   std::uint64_t stream_id = 0;
   std::uint64_t call = 0;
   const char* api = "";
@@ -133,6 +236,7 @@ struct host_allocation {
   std::size_t size = 0;
   unsigned flags = 0;
   bool registered = false;  // cudaHostRegister rather than cudaMallocHost/cudaHostAlloc
+  int device = 0;           // current when it was allocated or registered
   std::uint64_t call = 0;
   const char* api = "";
 };
@@ -150,8 +254,10 @@ struct device_state {
   std::vector<CUstream_st*> streams;  // every stream of the device, legacy included
 };
 
+constexpr std::size_t any_api = static_cast<std::size_t>(-1);
+
 struct fault {
-  std::string api;        // empty: any call
+  std::size_t api;        // index of the simulated function, or any_api
   std::size_t countdown;  // fires when it reaches 1 at a matching call
   cudaError_t error;
 };
@@ -173,7 +279,7 @@ struct state {
   std::uint64_t next_stream_id = 1;
   std::uint64_t next_ticket = 1;
   std::size_t calls = 0;
-  std::unordered_map<std::string, std::size_t> calls_by_api;
+  std::vector<std::size_t> calls_by_api;  // by index of the simulated function
   std::vector<fault> faults;
   cudaError_t sticky = cudaSuccess;
 };
@@ -192,16 +298,25 @@ bool& in_host_function();
 
 // Call bookkeeping: every simulated function runs through call().
 bool is_simulated_api(const std::string& name);
+std::size_t api_index(const char* name);  // any_api when name is not a simulated function
 bool is_sticky(cudaError_t error);
 cudaError_t record_error(cudaError_t error);
-cudaError_t begin_call(state& g, const char* api);
+cudaError_t begin_call(state& g, std::size_t api);
 
 template <class F>
 cudaError_t call(const char* api, F&& body) {
   if (in_host_function()) return record_error(cudaErrorNotPermitted);
   state& g = global();
   std::lock_guard<std::recursive_mutex> lock(g.mutex);
-  if (const cudaError_t early = begin_call(g, api); early != cudaSuccess) return early;
+  // Every call site has a lambda of its own type, hence its own copy of these: the name is looked
+  // up once per site (again only where one site passes several names). Guarded by the lock.
+  static const char* site_api = nullptr;
+  static std::size_t site_index = any_api;
+  if (api != site_api) {
+    site_index = api_index(api);
+    site_api = api;
+  }
+  if (const cudaError_t early = begin_call(g, site_index); early != cudaSuccess) return early;
   const cudaError_t result = body(g);
   if (result != cudaSuccess && result != cudaErrorNotReady) return record_error(result);
   return result;
@@ -224,19 +339,25 @@ CUstream_st* create_stream(state& g, int device, unsigned flags, int priority,
                            CUstream_st::kind_t kind);
 cudaError_t resolve_stream(state& g, cudaStream_t handle, bool per_thread_default,
                            CUstream_st*& out);
-std::uint64_t enqueue(state& g, CUstream_st& s, std::function<void()> work,
-                      std::vector<dependency> deps = {});
+std::uint64_t enqueue(state& g, CUstream_st& s, work_fn work, std::vector<dependency> deps = {});
 void drive(state& g, std::vector<dependency> targets);
+void drive_to(state& g, CUstream_st& s, std::uint64_t seq);  // drive(g, {{&s, seq}}), faster
 void drive_stream(state& g, CUstream_st& s);
 void drive_device(state& g, int device);
 void drive_all(state& g);
 void merge(order_clock& into, const order_clock& from);
+// A stream, event or device synchronization has shown the host the work of s up to seq complete,
+// and with it the work of other streams that known orders before it: the frees in that work
+// become reusable by any stream, whatever the pool's reuse policies.
+void observe(state& g, CUstream_st& s, std::uint64_t seq, const order_clock& known);
 void after_synchronize(state& g, int device);  // release thresholds
 
 // Pools.
 cudaError_t pool_allocate(state& g, CUmemPoolHandle_st& pool, std::size_t bytes, CUstream_st& s,
                           const char* api, void** out);
-cudaError_t pool_free(state& g, const device_allocation& a, CUstream_st* s);  // s null: now
+// Frees a live stream-ordered allocation on s, or at once when s is null (cudaFree).
+cudaError_t pool_free(state& g, std::map<std::uintptr_t, device_allocation>::iterator allocation,
+                      CUstream_st* s);
 // keep_at_least: cudaMemPoolTrimTo, the pool keeps at least bytes reserved.
 // down_to: the release threshold, the pool holds at most bytes where it can.
 enum class trim_mode { keep_at_least, down_to };

@@ -280,10 +280,19 @@ cudaError_t allocate_pinned(state& g, void** ptr, std::size_t bytes, unsigned fl
   h.size = bytes;
   h.flags = flags;
   h.call = g.calls;
+  h.device = current().device;
   h.api = api_name;
   g.host_allocs.emplace(h.ptr, h);
   *ptr = p;
   return cudaSuccess;
+}
+
+// Gives memory from cudaMalloc back to its device.
+void release_malloc(state& g, std::uintptr_t ptr, std::size_t footprint, int device) {
+  g.devices[static_cast<std::size_t>(device)].malloc_bytes -= footprint;
+  const auto r = g.malloc_regions.find(ptr);
+  release_region(g, *r->second);
+  g.malloc_regions.erase(r);
 }
 
 // Destroyed events are kept for a while so that a stale handle is reported, not reused.
@@ -338,7 +347,7 @@ cudaError_t copy(state& g, void* dst, const void* src, std::size_t count, cudaMe
   const auto d_addr = reinterpret_cast<std::uintptr_t>(dst);
   const auto s_addr = reinterpret_cast<std::uintptr_t>(src);
   bool wait = synchronous_call;
-  std::function<void()> work;
+  work_fn work;
   if (from == memory::pageable && to == memory::device) {
     // Pageable sources are staged when the call is made, as the driver does.
     auto staged = std::make_shared<std::vector<std::byte>>(
@@ -368,13 +377,13 @@ cudaError_t copy(state& g, void* dst, const void* src, std::size_t count, cudaMe
     work = [dst, src, count] { std::memmove(dst, src, count); };
   }
   const std::uint64_t seq = enqueue(g, *s, std::move(work));
-  if (wait) drive(g, {{s, seq}});
+  if (wait) drive_to(g, *s, seq);
   return sticky_or_success(g);
 }
 
-// cudaMemset is asynchronous except on pinned host memory.
-cudaError_t fill(state& g, void* dst, int value, std::size_t count, cudaStream_t stream,
-                 bool ptds) {
+// cudaMemset is asynchronous except on pinned host memory; cudaMemsetAsync always is.
+cudaError_t fill(state& g, void* dst, int value, std::size_t count, cudaStream_t stream, bool ptds,
+                 bool synchronous_call) {
   CUstream_st* s = nullptr;
   if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
   if (count == 0) return cudaSuccess;
@@ -388,7 +397,7 @@ cudaError_t fill(state& g, void* dst, int value, std::size_t count, cudaStream_t
   }
   if (to != memory::pinned) return cudaErrorInvalidValue;
   const std::uint64_t seq = enqueue(g, *s, [dst, value, count] { std::memset(dst, value, count); });
-  drive(g, {{s, seq}});
+  if (synchronous_call) drive_to(g, *s, seq);
   return cudaSuccess;
 }
 
@@ -406,12 +415,13 @@ cudaError_t memcpy_async(void* dst, const void* src, std::size_t count, cudaMemc
 }
 
 cudaError_t memset(void* dst, int value, std::size_t count, bool ptds) {
-  return call("cudaMemset", [&](state& g) { return fill(g, dst, value, count, nullptr, ptds); });
+  return call("cudaMemset",
+              [&](state& g) { return fill(g, dst, value, count, nullptr, ptds, true); });
 }
 
 cudaError_t memset_async(void* dst, int value, std::size_t count, cudaStream_t stream, bool ptds) {
   return call("cudaMemsetAsync",
-              [&](state& g) { return fill(g, dst, value, count, stream, ptds); });
+              [&](state& g) { return fill(g, dst, value, count, stream, ptds, false); });
 }
 
 cudaError_t stream_query(cudaStream_t stream, bool ptds) {
@@ -428,6 +438,7 @@ cudaError_t stream_synchronize(cudaStream_t stream, bool ptds) {
     CUstream_st* s = nullptr;
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
     drive_stream(g, *s);
+    observe(g, *s, s->completed, s->known);
     after_synchronize(g, s->device);
     return sticky_or_success(g);
   });
@@ -539,9 +550,16 @@ cudaError_t free_async(void* ptr, cudaStream_t stream, bool ptds) {
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
     if (ptr == nullptr) return cudaSuccess;
     const auto it = g.device_allocs.find(reinterpret_cast<std::uintptr_t>(ptr));
-    if (it == g.device_allocs.end() || it->second.kind != alloc_kind::stream_ordered)
-      return cudaErrorInvalidValue;
-    return pool_free(g, it->second, s);
+    if (it == g.device_allocs.end()) return cudaErrorInvalidValue;
+    if (it->second.kind == alloc_kind::stream_ordered) return pool_free(g, it, s);
+    // Memory from cudaMalloc may be freed in stream order too: the allocation is gone now, its
+    // memory goes back to the device when the free runs.
+    const std::uintptr_t p = it->second.ptr;
+    const std::size_t footprint = it->second.footprint;
+    const int device = it->second.device;
+    g.device_allocs.erase(it);
+    enqueue(g, *s, [&g, p, footprint, device] { release_malloc(g, p, footprint, device); });
+    return cudaSuccess;
   });
 }
 
@@ -635,6 +653,8 @@ cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
     device_state* d = current_device(g);
     if (d == nullptr) return cudaErrorNoDevice;
     drive_device(g, d->index);
+    for (CUstream_st* s : d->streams)
+      observe(g, *s, s->completed, s->known);
     after_synchronize(g, d->index);
     return sticky_or_success(g);
   });
@@ -715,12 +735,8 @@ cudaError_t CUDARTAPI cudaFree(void* ptr) {
     if (it == g.device_allocs.end()) return cudaErrorInvalidValue;
     // cudaFree synchronizes with the device before it frees.
     drive_device(g, it->second.device);
-    if (it->second.kind == alloc_kind::stream_ordered) return pool_free(g, it->second, nullptr);
-    device_state& d = g.devices[static_cast<std::size_t>(it->second.device)];
-    d.malloc_bytes -= it->second.footprint;
-    const auto r = g.malloc_regions.find(it->second.ptr);
-    release_region(g, *r->second);
-    g.malloc_regions.erase(r);
+    if (it->second.kind == alloc_kind::stream_ordered) return pool_free(g, it, nullptr);
+    release_malloc(g, it->second.ptr, it->second.footprint, it->second.device);
     g.device_allocs.erase(it);
     return cudaSuccess;
   });
@@ -768,6 +784,7 @@ cudaError_t CUDARTAPI cudaHostRegister(void* ptr, size_t bytes, unsigned int fla
     h.flags = flags;
     h.registered = true;
     h.call = g.calls;
+    h.device = current().device;
     h.api = "cudaHostRegister";
     g.host_allocs.emplace(p, h);
     return cudaSuccess;
@@ -808,9 +825,9 @@ cudaError_t CUDARTAPI cudaPointerGetAttributes(cudaPointerAttributes* attributes
       attributes->devicePointer = const_cast<void*>(ptr);
       return cudaSuccess;
     }
-    if (find_host_containing(g, p, 1) != nullptr) {
+    if (const host_allocation* h = find_host_containing(g, p, 1)) {
       attributes->type = cudaMemoryTypeHost;
-      attributes->device = current().device;
+      attributes->device = h->device;
       attributes->devicePointer = const_cast<void*>(ptr);
       attributes->hostPointer = const_cast<void*>(ptr);
       return cudaSuccess;
@@ -964,6 +981,20 @@ cudaError_t CUDARTAPI cudaMemPoolSetAccess(cudaMemPool_t pool, const cudaMemAcce
       // The owning device always has read-write access.
       if (list[i].location.id == pool->device && list[i].flags != cudaMemAccessFlagsProtReadWrite)
         return cudaErrorInvalidValue;
+      if (list[i].flags != cudaMemAccessFlagsProtNone &&
+          list[i].flags != cudaMemAccessFlagsProtRead &&
+          list[i].flags != cudaMemAccessFlagsProtReadWrite)
+        return cudaErrorInvalidValue;
+    }
+    // All descriptors are valid: apply them, later ones winning. Only the answers of
+    // cudaMemPoolGetAccess change; accesses from other devices are not checked.
+    for (std::size_t i = 0; i < count; ++i) {
+      if (list[i].location.id == pool->device) continue;
+      if (list[i].flags == cudaMemAccessFlagsProtNone) {
+        pool->peer_access.erase(list[i].location.id);
+      } else {
+        pool->peer_access[list[i].location.id] = list[i].flags;
+      }
     }
     return cudaSuccess;
   });
@@ -976,8 +1007,12 @@ cudaError_t CUDARTAPI cudaMemPoolGetAccess(cudaMemAccessFlags* flags, cudaMemPoo
       return cudaErrorInvalidValue;
     if (location->type != cudaMemLocationTypeDevice) return cudaErrorInvalidValue;
     if (find_device(g, location->id) == nullptr) return cudaErrorInvalidDevice;
-    *flags =
-        location->id == pool->device ? cudaMemAccessFlagsProtReadWrite : cudaMemAccessFlagsProtNone;
+    if (location->id == pool->device) {
+      *flags = cudaMemAccessFlagsProtReadWrite;
+    } else {
+      const auto it = pool->peer_access.find(location->id);
+      *flags = it == pool->peer_access.end() ? cudaMemAccessFlagsProtNone : it->second;
+    }
     return cudaSuccess;
   });
 }
@@ -1116,6 +1151,7 @@ cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t event) {
   return call("cudaEventSynchronize", [&](state& g) -> cudaError_t {
     if (!valid_event(g, event)) return cudaErrorInvalidResourceHandle;
     if (event->completed_generation < event->generation) drive(g, {{event->stream, event->seq}});
+    if (event->stream != nullptr) observe(g, *event->stream, event->seq, event->known);
     after_synchronize(g, event->device);
     return sticky_or_success(g);
   });
