@@ -27,3 +27,44 @@ endfunction()
 
 set(CUSCOPE_SANITIZER_FLAGS
   -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+
+# cuscope_add_program(<source> <macro> <marker> [SIM_ONLY])
+# Builds an example or a benchmark twice: <name>_sim, linked with the simulated device, and
+# <name>, linked with the real runtime. <macro> is defined to 1 in the first and 0 in the second.
+# A .cu source builds only for the real runtime, unless it contains "cuscope-<marker>: also
+# simulated": it then runs host functions instead of kernels when nvcc does not compile it, and is
+# also built as C++ for the simulated device through a generated file that includes it.
+function(cuscope_add_program source macro marker)
+  cmake_parse_arguments(arg "SIM_ONLY" "" "" ${ARGN})
+  get_filename_component(name ${source} NAME_WE)
+  get_filename_component(ext ${source} LAST_EXT)
+  set(sim_source "")
+  if(ext STREQUAL ".cpp")
+    set(sim_source ${source})
+  elseif(ext STREQUAL ".cu")
+    file(STRINGS ${source} also_simulated LIMIT_COUNT 1 REGEX "cuscope-${marker}: also simulated")
+    if(also_simulated)
+      set(sim_source ${CMAKE_CURRENT_BINARY_DIR}/simulated/${name}.cpp)
+      file(CONFIGURE OUTPUT ${sim_source} CONTENT "#include \"${source}\"\n")
+    endif()
+  endif()
+  if(sim_source AND CUSCOPE_BUILD_SIM)
+    add_executable(${name}_sim ${sim_source})
+    target_link_libraries(${name}_sim PRIVATE cuscope::cuscope cuscope::sim)
+    target_compile_definitions(${name}_sim PRIVATE ${macro}=1)
+    cuscope_target_warnings(${name}_sim)
+  endif()
+  if(arg_SIM_ONLY OR CUSCOPE_REAL_RUNTIME STREQUAL "OFF")
+    return()
+  endif()
+  if(ext STREQUAL ".cpp" OR CUSCOPE_HAVE_NVCC)
+    add_executable(${name} ${source})
+    target_link_libraries(${name} PRIVATE cuscope::cuscope)
+    target_compile_definitions(${name} PRIVATE ${macro}=0)
+    if(ext STREQUAL ".cu")
+      # CUDA::cudart, which cuscope::cuscope links, is the shared runtime: never both.
+      set_target_properties(${name} PROPERTIES CUDA_RUNTIME_LIBRARY Shared)
+    endif()
+    cuscope_target_warnings(${name})
+  endif()
+endfunction()

@@ -291,6 +291,7 @@ cudaError_t allocate_pinned(state& g, void** ptr, std::size_t bytes, unsigned fl
 void release_malloc(state& g, std::uintptr_t ptr, std::size_t footprint, int device) {
   g.devices[static_cast<std::size_t>(device)].malloc_bytes -= footprint;
   const auto r = g.malloc_regions.find(ptr);
+  if (r == g.malloc_regions.end() || !r->second) return;  // every allocation has its region
   release_region(g, *r->second);
   g.malloc_regions.erase(r);
 }
