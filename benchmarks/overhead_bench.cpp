@@ -78,7 +78,7 @@ struct fixture {
   void run(std::size_t f, std::size_t pairs) {
     switch (f) {
       case 0:
-        overhead_raw_pairs(pool.handle(), stream.get(), bytes, pairs);
+        overhead_raw_pairs(pool.get(), stream.get(), bytes, pairs);
         break;
       case 1:
         overhead_pool_pairs(pool, stream, bytes, pairs);
@@ -113,7 +113,7 @@ int run(int argc, char** argv) {
   // Warm-up outside the measured functions: the pool reserves its first block.
   {
     void* p = nullptr;
-    CUSCOPE_BENCH_CHECK(cudaMallocFromPoolAsync(&p, fx.bytes, fx.pool.handle(), fx.stream.get()));
+    CUSCOPE_BENCH_CHECK(cudaMallocFromPoolAsync(&p, fx.bytes, fx.pool.get(), fx.stream.get()));
     CUSCOPE_BENCH_CHECK(cudaFreeAsync(p, fx.stream.get()));
     fx.stream.synchronize();
   }

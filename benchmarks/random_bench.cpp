@@ -67,7 +67,7 @@ struct setup {
 };
 
 cudaMemPool_t handle_of(const setup& s, std::size_t a) {
-  return a == cuscope_pool ? s.pool.handle() : a == raw ? s.raw.get() : s.default_pool;
+  return a == cuscope_pool ? s.pool.get() : a == raw ? s.raw.get() : s.default_pool;
 }
 
 run_result run_once(const setup& s, std::size_t a, const std::vector<operation>& seq) {

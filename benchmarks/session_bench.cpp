@@ -103,7 +103,7 @@ class allocator {
 };
 
 cudaMemPool_t handle_of(const setup& s, std::size_t a) {
-  return a == session_exit ? s.pool.handle() : a == raw_trim ? s.raw.get() : cb::default_pool();
+  return a == session_exit ? s.pool.get() : a == raw_trim ? s.raw.get() : cb::default_pool();
 }
 
 // Leaves the alternative's pool holding nothing.

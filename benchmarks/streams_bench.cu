@@ -89,8 +89,8 @@ struct run_result {
 static run_result run_once(const setup& s, std::size_t a, std::size_t stream_count,
                            std::size_t per_stream) {
   cudaMemPool_t handle = nullptr;
-  if (a == cuscope_pool) handle = s.pool.handle();
-  if (a == cuscope_no_internal) handle = s.pool_no_internal.handle();
+  if (a == cuscope_pool) handle = s.pool.get();
+  if (a == cuscope_no_internal) handle = s.pool_no_internal.get();
   if (a == raw) handle = s.raw.get();
   if (handle != nullptr) cb::reset_pool_peaks(handle);
   CUSCOPE_BENCH_CHECK(cudaMemset(s.counters, 0, sizeof(unsigned) * s.streams.size()));

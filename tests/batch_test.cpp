@@ -18,6 +18,7 @@
 #include <cuscope/session.hpp>
 #include <cuscope/stream.hpp>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -941,6 +942,46 @@ TEST_CASE("batch: a failing runtime call at any point leaves nothing allocated o
     CHECK(pool.stats().used_bytes == 0);
   });
   CHECK(runs > 20);
+}
+
+#endif
+
+TEST_CASE("batch: a host output whose size needed overflows a size_t is refused", "[batch]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  const std::vector<float> two(2, 1.0f);
+  std::vector<float> small(1);
+  // 2 samples x 2^63 result elements wrap around to 0: the product must not be trusted.
+  const std::size_t half = std::size_t{1} << (std::numeric_limits<std::size_t>::digits - 1);
+  CHECK_THROWS_WITH(batches(s, two, 2, pool, cuscope::output_per_sample(small, half)),
+                    contains("a host output of 1 elements cannot hold the results: 2 samples x " +
+                             std::to_string(half) + " elements = more than a size_t holds"));
+  CHECK(pool.stats().reserved_bytes == 0);
+}
+
+#if CUSCOPE_HAS_STREAM_GET_DEVICE
+
+TEST_CASE("batch: a stream of another device than the pool's is refused when the range is made",
+          "[batch]") {
+  device_guard device({2});
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
+  memory_pool pool;  // on device 0
+  cuscope::stream_options so;
+  so.device = 1;
+  stream other(so);
+  const std::vector<float> data(8, 1.0f);
+  // The range's events are made on the pool's device, and CUDA records an event only on a stream
+  // of its own device: the loop would fail at its first step.
+  CHECK_THROWS_WITH(batches(other, data, 4, pool),
+                    contains("belongs to device 1, not to device 0 of the pool"));
+  {
+    // A default stream handle names the current device's stream.
+    cuscope::scoped_device on(1);
+    CHECK_THROWS_WITH(batches(cuscope::stream_ref::per_thread(), data, 4, pool),
+                      contains("per-thread default stream belongs to device 1"));
+  }
+  CHECK(pool.stats().reserved_bytes == 0);
 }
 
 #endif

@@ -344,3 +344,24 @@ TEST_CASE(
 }
 
 #endif
+
+#if CUSCOPE_TEST_SIMULATED
+
+TEST_CASE("device_buffer: the source of a deep copy on another stream is freed after the copy",
+          "[device_buffer][sim]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  stream t;
+  const std::vector<int> in = iota(64);
+  std::optional<device_buffer<int>> a;
+  a.emplace(s, in, pool);
+  const device_buffer<int> b(t, *a);  // reads a on t
+  a.reset();                          // frees a on s
+  // The simulated device runs nothing until asked: had the free on s not waited for the copy on
+  // t, it would run here and the copy would then read freed (poisoned) memory.
+  s.synchronize();
+  CHECK(b.to_vector(t) == in);
+}
+
+#endif

@@ -20,7 +20,7 @@ TEST_CASE("device: device_count and current_device describe the machine", "[devi
 
 TEST_CASE("device: scoped_device switches and restores the current device", "[device]") {
   device_guard device({2});
-  if (cuscope::device_count() < 2) return;
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
   {
     cuscope::scoped_device on(1);
     CHECK(cuscope::current_device() == 1);

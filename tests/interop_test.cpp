@@ -102,7 +102,7 @@ TEST_CASE("memory_pool: adopt takes ownership of the user's pool and release han
   device_guard device;
   const cudaMemPool_t raw = raw_pool(0);
   memory_pool owned = memory_pool::adopt(raw, 0);
-  CHECK(owned.handle() == raw);
+  CHECK(owned.get() == raw);
   CHECK(owned.device() == 0);
   stream s;
   {
@@ -219,7 +219,7 @@ TEST_CASE("pinned_buffer: memory from the user's cudaMallocHost is adopted and r
 TEST_CASE("device_buffer: buffers of device 1 work and are freed while device 0 is current",
           "[interop][devices]") {
   device_guard device({2});
-  if (cuscope::test::device_count() < 2) return;
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
   memory_pool pool(on_device(1));
   stream s(stream_on_device(1));
   stream t(stream_on_device(1));
@@ -250,7 +250,7 @@ TEST_CASE(
     "whatever device is current",
     "[interop][devices]") {
   device_guard device({2});
-  if (cuscope::test::device_count() < 2) return;
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
   memory_pool pool(on_device(1));
   const stream_ref per_thread = stream_ref::per_thread();
   const std::vector<int> data = iota(256);
@@ -277,7 +277,7 @@ TEST_CASE(
 TEST_CASE("session: a session on device 1 waits for device 1's work and restores device 0",
           "[interop][devices][session]") {
   device_guard device({2});
-  if (cuscope::test::device_count() < 2) return;
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
   memory_pool pool(on_device(1));
   stream s(stream_on_device(1));
   {
@@ -311,7 +311,7 @@ TEST_CASE("session: a session on device 1 waits for device 1's work and restores
 TEST_CASE("memory_pool: pools, streams and pinned buffers of device 1 leave device 0 current",
           "[interop][devices]") {
   device_guard device({2});
-  if (cuscope::test::device_count() < 2) return;
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
   {
     cuscope::pool_options o = on_device(1);
     o.initial_bytes = 4 * MiB;

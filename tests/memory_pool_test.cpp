@@ -24,6 +24,7 @@ static_assert(std::is_nothrow_destructible_v<memory_pool>);
 static_assert(std::is_trivially_copyable_v<memory_pool_ref>);
 static_assert(!std::is_constructible_v<memory_pool_ref, std::nullptr_t, int>);
 static_assert(std::is_convertible_v<const memory_pool&, memory_pool_ref>);
+static_assert(!std::is_convertible_v<memory_pool, memory_pool_ref>);  // a temporary pool
 
 namespace {
 
@@ -62,7 +63,11 @@ TEST_CASE("memory_pool: trim_to keeps at least the requested bytes", "[memory_po
   pool.trim_to(20 * MiB);
   const std::size_t kept = pool.stats().reserved_bytes;
   CHECK(kept >= 20 * MiB);
-  CHECK(kept < reserved);
+  CHECK(kept <= reserved);
+  // Whether some of the reserve can go without going under 20 MiB depends on the size of the
+  // pool's chunks, which CUDA leaves to the driver (cudaMemPoolTrimTo: "The OS allocations may
+  // happen at different granularity from the user allocations").
+  if (cuscope::test::simulated) CHECK(kept < reserved);
 }
 
 TEST_CASE("memory_pool: stats count used and reserved bytes and reset_peaks restarts the peaks",
@@ -242,9 +247,9 @@ TEST_CASE("memory_pool: zero bytes allocate nothing and a null pointer frees not
 TEST_CASE("memory_pool: a moved-from pool is empty and every use of it throws", "[memory_pool]") {
   device_guard device;
   memory_pool a;
-  const cudaMemPool_t handle = a.handle();
+  const cudaMemPool_t handle = a.get();
   memory_pool b(std::move(a));
-  CHECK(b.handle() == handle);
+  CHECK(b.get() == handle);
   CHECK(a.empty());  // NOLINT(bugprone-use-after-move): the moved-from state is the point
   cuscope::stream s;
   CHECK_THROWS_WITH(a.stats(), contains("empty (moved-from or released) pool"));
@@ -253,7 +258,7 @@ TEST_CASE("memory_pool: a moved-from pool is empty and every use of it throws", 
   CHECK_THROWS_AS(a.ref(), std::logic_error);
   CHECK(a.describe() == "empty memory_pool");
   a = std::move(b);
-  CHECK(a.handle() == handle);
+  CHECK(a.get() == handle);
 }
 
 TEST_CASE("memory_pool: release hands the pool over and adopt takes one", "[memory_pool]") {
@@ -262,7 +267,7 @@ TEST_CASE("memory_pool: release hands the pool over and adopt takes one", "[memo
   const cudaMemPool_t raw = a.release();
   CHECK(a.empty());
   memory_pool b = memory_pool::adopt(raw, 0);
-  CHECK(b.handle() == raw);
+  CHECK(b.get() == raw);
   CHECK(b.stats().used_bytes == 0);
   CHECK_THROWS_AS(memory_pool::adopt(nullptr, 0), std::invalid_argument);
 }
@@ -272,7 +277,7 @@ TEST_CASE("memory_pool_ref: device_default refers to the shared default pool", "
   const memory_pool_ref def = memory_pool_ref::device_default(0);
   cudaMemPool_t raw = nullptr;
   REQUIRE(cudaDeviceGetDefaultMemPool(&raw, 0) == cudaSuccess);
-  CHECK(def.handle() == raw);
+  CHECK(def.get() == raw);
   CHECK(def.describe() == "the default pool of device 0");
   CHECK(memory_pool_ref::device_current(0) == def);
   CHECK(def.release_threshold() == 0);  // CUDA's default, left alone
@@ -287,7 +292,7 @@ TEST_CASE("memory_pool_ref: a reference carries the owner's device, limit and re
   o.retry_after_trim = true;
   memory_pool pool(o);
   const memory_pool_ref r = pool;
-  CHECK(r.handle() == pool.handle());
+  CHECK(r.get() == pool.get());
   CHECK(r.device() == pool.device());
   CHECK(r.retries_after_trim());
   CHECK_FALSE(r.with_retry_after_trim(false).retries_after_trim());
@@ -297,7 +302,7 @@ TEST_CASE("memory_pool_ref: a reference carries the owner's device, limit and re
 TEST_CASE("memory_pool: a pool on another device leaves the current device alone",
           "[memory_pool]") {
   device_guard device({2});
-  if (cuscope::test::device_count() < 2) return;
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
   pool_options o;
   o.device = 1;
   o.initial_bytes = 8 * MiB;
@@ -378,3 +383,14 @@ TEST_CASE(
 }
 
 #endif
+
+TEST_CASE("memory_pool: describe leaves the caller's pending error in place", "[memory_pool]") {
+  device_guard device;
+  memory_pool pool;
+  // A failed call leaves its error for cudaGetLastError; naming the pool in a log line must not
+  // take it away from the caller.
+  REQUIRE(cudaSetDevice(-1) == cudaErrorInvalidDevice);
+  CHECK_THAT(pool.describe(), contains("pool 0x"));
+  CHECK(cudaGetLastError() == cudaErrorInvalidDevice);
+  CHECK(cudaGetLastError() == cudaSuccess);
+}

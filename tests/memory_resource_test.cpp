@@ -224,7 +224,7 @@ TEST_CASE("pool_resource: a synchronous allocation is ready on any stream when i
 TEST_CASE("pool_resource: a pool on another device works while device 0 is current",
           "[memory_resource]") {
   device_guard device({2});
-  if (cuscope::test::device_count() < 2) return;
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
   cuscope::pool_options o;
   o.device = 1;
   memory_pool pool(o);

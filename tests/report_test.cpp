@@ -78,7 +78,7 @@ TEST_CASE("report: listing the default pool does not list it twice", "[report]")
 TEST_CASE("report: an invalid device or a pool of another device is refused", "[report]") {
   device_guard device({2});
   CHECK_THROWS_WITH(memory_report(7), contains("device 7 is not valid"));
-  if (cuscope::test::device_count() < 2) return;
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
   cuscope::pool_options o;
   o.device = 1;
   memory_pool other(o);

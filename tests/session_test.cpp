@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <cuscope/memory_pool.hpp>
+#include <cuscope/report.hpp>
 #include <cuscope/session.hpp>
 #include <cuscope/stream.hpp>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -69,14 +71,17 @@ TEST_CASE(
   CHECK(report.returned_bytes == report.reserved_at_finish_bytes);
   CHECK(report.trimmed);
   CHECK_FALSE(report.leaked());
-  CHECK(report.driver_free_at_entry_bytes == free_before);
-  CHECK(report.driver_free_at_exit_bytes == free_before);
-  CHECK(device_free() == free_before);
+  CUSCOPE_CHECK_DRIVER_FREE(report.driver_free_at_entry_bytes, free_before);
+  CUSCOPE_CHECK_DRIVER_FREE(report.driver_free_at_exit_bytes, free_before);
+  CUSCOPE_CHECK_DRIVER_FREE(device_free(), free_before);
   CHECK(pool.stats().reserved_bytes == 0);
   CHECK(report.seconds >= 0);
   const std::string text = report.to_string();
   CHECK_THAT(text, contains("session 'epoch 1'"));
-  CHECK_THAT(text, contains("returned to the driver 96.00 MiB"));
+  CHECK_THAT(text,
+             contains("returned to the driver " + cuscope::format_bytes(report.returned_bytes)));
+  // The simulated pool reserves exactly the two requests; a GPU's pool may reserve more.
+  if (cuscope::test::simulated) CHECK_THAT(text, contains("returned to the driver 96.00 MiB"));
   CHECK_THAT(text, contains("no leaks"));
 }
 
@@ -93,7 +98,11 @@ TEST_CASE("session: the peaks are those of the session, not of the pool's past",
   CHECK(r.tracked_peak_bytes == 16 * MiB);
   CHECK(r.peak_reserved_bytes >= 128 * MiB);  // the reserve was there all along
   CHECK(r.reserved_at_entry_bytes >= 128 * MiB);
-  CHECK(r.reserved_at_exit_bytes == r.reserved_at_entry_bytes);  // trimmed back to entry only
+  // Trimmed back to the reserve at entry and no further; on a GPU, whether the trim can come back
+  // to it exactly depends on the size of the pool's chunks, which CUDA leaves to the driver.
+  CHECK(r.reserved_at_exit_bytes >= r.reserved_at_entry_bytes);
+  CHECK(r.reserved_at_exit_bytes <= r.reserved_at_finish_bytes);
+  if (cuscope::test::simulated) CHECK(r.reserved_at_exit_bytes == r.reserved_at_entry_bytes);
 }
 
 TEST_CASE("session: allocations that outlive the session are counted and reported", "[session]") {
@@ -319,7 +328,9 @@ TEST_CASE("session: keep_bytes and trim choose what reserve stays", "[session]")
     }
     const session_report& r = work.finish();
     CHECK(r.reserved_at_exit_bytes >= 32 * MiB);
-    CHECK(r.reserved_at_exit_bytes < r.reserved_at_finish_bytes);
+    CHECK(r.reserved_at_exit_bytes <= r.reserved_at_finish_bytes);
+    // Whether part of the reserve can go depends on the pool's chunks (see trim_to's test).
+    if (cuscope::test::simulated) CHECK(r.reserved_at_exit_bytes < r.reserved_at_finish_bytes);
   }
   SECTION("no trim") {
     session_options o;
@@ -401,3 +412,29 @@ TEST_CASE("session: a failing runtime call at any point leaves nothing allocated
 }
 
 #endif
+
+TEST_CASE("session: a request whose bytes would wrap the budget's count is refused by the budget",
+          "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.name = "wrap";
+  o.budget_bytes = MiB;
+  session work(pool, s, o);
+  auto a = work.make_buffer<char>(1024);
+  // 1 KiB live plus this request overflow a size_t: the sum must not wrap to something that
+  // fits and send the request on to CUDA.
+  const std::size_t huge = std::numeric_limits<std::size_t>::max() - 8;
+  try {
+    (void)work.make_buffer<char>(huge);
+    FAIL("no exception");
+  } catch (const cuscope::out_of_memory& e) {
+    CHECK(e.requested_bytes() == huge);
+    CHECK(e.status() == cudaSuccess);  // the budget refused it, not the pool
+    CHECK_THAT(std::string(e.what()), contains("session 'wrap'"));
+    CHECK_THAT(std::string(e.what()), contains("1.00 KiB in live allocations"));
+  }
+  CHECK(work.live_bytes() == 1024);
+  CHECK(work.live_allocations() == 1);
+}

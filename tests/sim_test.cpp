@@ -4,6 +4,7 @@
 // runtime; the simulation's own controls are tested in the simulated build only.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -115,7 +116,7 @@ TEST_CASE("sim: a device supports memory pools and reports its total memory", "[
 
 TEST_CASE("sim: the current device is a property of the host thread", "[sim]") {
   device_guard device({2});
-  if (cuscope::test::device_count() < 2) return;
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
   REQUIRE(cudaSetDevice(1) == cudaSuccess);
   int other = -1;
   std::thread([&] { (void)cudaGetDevice(&other); }).join();
@@ -199,7 +200,7 @@ TEST_CASE("sim: cudaMemGetInfo counts cudaMalloc memory as used", "[sim]") {
   REQUIRE(cudaMalloc(&p, 64 * MiB) == cudaSuccess);
   CHECK(before - free_bytes() >= 64 * MiB);
   REQUIRE(cudaFree(p) == cudaSuccess);
-  CHECK(free_bytes() == before);
+  CUSCOPE_CHECK_DRIVER_FREE(free_bytes(), before);
 }
 
 TEST_CASE("sim: asking for more than is free fails with cudaErrorMemoryAllocation", "[sim]") {
@@ -214,7 +215,7 @@ TEST_CASE("sim: asking for more than is free fails with cudaErrorMemoryAllocatio
   CHECK(cudaMallocAsync(&p, total + MiB, s) == cudaErrorMemoryAllocation);
   CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
   REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
-  CHECK(free_bytes() == free);
+  CUSCOPE_CHECK_DRIVER_FREE(free_bytes(), free);
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
 }
 
@@ -249,7 +250,7 @@ TEST_CASE("sim: memory from cudaMalloc can be freed in stream order with cudaFre
   CHECK(before - free_bytes() >= 16 * MiB);
 #endif
   REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
-  CHECK(free_bytes() == before);
+  CUSCOPE_CHECK_DRIVER_FREE(free_bytes(), before);
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
 }
 
@@ -304,7 +305,7 @@ TEST_CASE("sim: pointer attributes tell device, pinned host and unregistered mem
 TEST_CASE("sim: pointer attributes of pinned memory name the device current at its allocation",
           "[sim]") {
   device_guard device({2});
-  if (cuscope::test::device_count() < 2) return;
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
   REQUIRE(cudaSetDevice(1) == cudaSuccess);
   void* h = nullptr;
   REQUIRE(cudaMallocHost(&h, 64) == cudaSuccess);
@@ -527,7 +528,10 @@ TEST_CASE("sim: cudaMemPoolTrimTo keeps at least the bytes asked for", "[sim]") 
   REQUIRE(cudaMemPoolTrimTo(pool, 20 * MiB) == cudaSuccess);
   const std::uint64_t kept = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
   CHECK(kept >= 20 * MiB);
-  CHECK(kept < reserved);
+  CHECK(kept <= reserved);
+  // Whether some of the reserve can go without going under 20 MiB depends on the size of the
+  // pool's chunks, which CUDA leaves to the driver ("may happen at different granularity").
+  if (cuscope::test::simulated) CHECK(kept < reserved);
   REQUIRE(cudaMemPoolTrimTo(pool, 0) == cudaSuccess);
   CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 0);
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
@@ -646,7 +650,7 @@ TEST_CASE("sim: destroying a pool with live allocations releases its memory afte
   CHECK(before - free_bytes() >= 32 * MiB);
   REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
   REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
-  CHECK(free_bytes() == before);
+  CUSCOPE_CHECK_DRIVER_FREE(free_bytes(), before);
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
 }
 
@@ -681,7 +685,7 @@ TEST_CASE("sim: cudaMallocAsync allocates from the device's current pool", "[sim
 TEST_CASE("sim: cudaMemPoolGetAccess reports the access that cudaMemPoolSetAccess granted",
           "[sim]") {
   device_guard device({2});
-  if (cuscope::test::device_count() < 2) return;
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
   int can = 0;
   REQUIRE(cudaDeviceCanAccessPeer(&can, 1, 0) == cudaSuccess);
   if (can == 0) return;
@@ -840,7 +844,11 @@ TEST_CASE("sim: cudaStreamWaitEvent orders work after the event's record", "[sim
   const std::vector<int> seen = t.seen();
   REQUIRE(seen.size() >= 2);
   CHECK(seen[0] == 1);
-  CHECK(seen[1] == 2);
+  // 3 is on a after the record: on a GPU it may run before 2 or after it, and synchronizing b
+  // need not wait for it. The simulated device runs only what b waits for.
+  const auto two = std::find(seen.begin(), seen.end(), 2);
+  CHECK(two != seen.end());
+  if (cuscope::test::simulated) CHECK(seen == std::vector<int>{1, 2});
   REQUIRE(cudaStreamSynchronize(a) == cudaSuccess);
   CHECK(t.seen().size() == 3);
   REQUIRE(cudaEventDestroy(e) == cudaSuccess);
@@ -929,6 +937,7 @@ TEST_CASE("sim: a host function may not call the runtime", "[sim]") {
               &seen) == cudaSuccess);
   REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
   CHECK(seen == cudaErrorNotPermitted);
+  (void)cudaGetLastError();  // the host function ran here, on the synchronizing thread
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
 }
 
@@ -960,7 +969,9 @@ TEST_CASE("sim: elapsed time needs two completed events that record timing", "[s
   REQUIRE(cudaEventRecord(start, s) == cudaSuccess);
   REQUIRE(cudaEventRecord(stop, s) == cudaSuccess);
   REQUIRE(cudaEventRecord(untimed, s) == cudaSuccess);
-  REQUIRE(cudaEventSynchronize(stop) == cudaSuccess);
+  // untimed is recorded after stop: waiting for it waits for both (waiting for stop alone
+  // would leave cudaEventQuery(untimed) free to answer cudaErrorNotReady on a GPU).
+  REQUIRE(cudaEventSynchronize(untimed) == cudaSuccess);
   REQUIRE(cudaEventElapsedTime(&ms, start, stop) == cudaSuccess);
   CHECK(ms >= 0);
   CHECK(cudaEventElapsedTime(&ms, start, untimed) == cudaErrorInvalidResourceHandle);

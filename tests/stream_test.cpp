@@ -30,6 +30,9 @@ static_assert(!std::is_copy_assignable_v<stream>);
 static_assert(std::is_nothrow_move_constructible_v<stream>);
 static_assert(std::is_nothrow_move_assignable_v<stream>);
 static_assert(std::is_nothrow_destructible_v<stream>);
+// A reference is taken only from a stream that outlives the expression.
+static_assert(std::is_convertible_v<stream&, stream_ref>);
+static_assert(!std::is_convertible_v<stream, stream_ref>);
 
 namespace {
 
@@ -111,7 +114,7 @@ TEST_CASE("stream: a stream on a device that does not exist is refused", "[strea
 
 TEST_CASE("stream: a stream made for another device leaves the current device alone", "[stream]") {
   device_guard device({2});
-  if (cuscope::test::device_count() < 2) return;
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
   cuscope::stream_options o;
   o.device = 1;
   stream s(o);

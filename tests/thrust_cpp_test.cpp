@@ -211,7 +211,7 @@ TEST_CASE("thrust_policy: the temporary storage of algorithms comes from the poo
 TEST_CASE("thrust_allocator: a vector of device 1 on the per-thread stream, with device 0 current",
           "[thrust][devices]") {
   device_guard device({2});
-  if (cuscope::test::device_count() < 2) return;
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
   cuscope::pool_options o;
   o.device = 1;
   memory_pool pool(o);

@@ -365,8 +365,9 @@ class batch_range {
   [[nodiscard]] iterator end() noexcept { return iterator(); }
 
   /// @brief Ends the iteration early or confirms its end: the current batch counts as processed,
-  /// and every result of the batches handed out is copied into the host output. Blocks until
-  /// their work on the user's stream has completed. A second call does nothing.
+  /// and every result of the batches handed out is copied into the host output. With an output,
+  /// blocks until their work on the user's stream has completed; without one, does not block.
+  /// A second call does nothing.
   /// @throws cuda_error; std::logic_error after an iteration step failed.
   void finish() {
     if (finished_) return;
@@ -464,6 +465,17 @@ class batch_range {
     }
     batch_count_ = count_batches(batch_size_);
     if (batch_count_ == 0) return;  // nothing to stage: no stream, no buffer
+    // The events are the pool's device's, and an event is recorded only on a stream of its own
+    // device: refused here rather than at the first step of the loop.
+    // A default stream handle names the default stream of whatever device is current when the
+    // range uses it, so that device must be the pool's.
+    const int stream_device = detail::is_default_stream(stream.get())
+                                  ? current_device()
+                                  : detail::stream_device(stream, pool_.device());
+    if (stream_device != pool_.device())
+      throw std::invalid_argument("cuscope::batches: " + stream.describe() + " belongs to device " +
+                                  std::to_string(stream_device) + ", not to device " +
+                                  std::to_string(pool_.device()) + " of the pool");
     if (produce_) {
       kind_ = source_kind::produced;
     } else if (detail::is_dma_ready(host_, elements * sizeof(T))) {
@@ -512,17 +524,20 @@ class batch_range {
   }
 
   void check_output() const {
-    const std::size_t need = out_per_batch_ != 0 ? count_batches(batch_size_) * out_per_batch_
-                                                 : samples_ * out_per_sample_;
-    if (out_size_ < need)
+    const std::size_t units = out_per_batch_ != 0 ? count_batches(batch_size_) : samples_;
+    const std::size_t per = out_per_batch_ != 0 ? out_per_batch_ : out_per_sample_;  // >= 1
+    // Compared by division: a product that wraps around would let a short output through.
+    if (units > out_size_ / per)
       throw std::invalid_argument(
           "cuscope::batches: a host output of " + std::to_string(out_size_) +
           " elements cannot hold the results: " +
           (out_per_batch_ != 0
-               ? std::to_string(count_batches(batch_size_)) + " batches of " +
-                     std::to_string(batch_size_) + " samples x " + std::to_string(out_per_batch_)
-               : std::to_string(samples_) + " samples x " + std::to_string(out_per_sample_)) +
-          " elements = " + std::to_string(need));
+               ? std::to_string(units) + " batches of " + std::to_string(batch_size_) + " samples"
+               : std::to_string(units) + " samples") +
+          " x " + std::to_string(per) + " elements = " +
+          (units > std::numeric_limits<std::size_t>::max() / per
+               ? std::string("more than a size_t holds")
+               : std::to_string(units * per)));
   }
 
   std::string describe() const {
@@ -856,8 +871,8 @@ inline std::size_t sample_elements_of(std::size_t samples, const batch_options& 
 /// while the range exists.
 /// Page-locked (or device) memory is copied without a staging copy.
 /// Allocates the buffers; begin() starts the copies. Enqueued; does not synchronize.
-/// @throws std::invalid_argument for a batch size, depth or min_batch of 0, or a count that is
-/// not a whole number of samples; out_of_memory; cuda_error.
+/// @throws std::invalid_argument for a batch size, depth or min_batch of 0, a count that is not
+/// a whole number of samples, or a stream of another device; out_of_memory; cuda_error.
 template <class T>
 [[nodiscard]] batch_range<T> batches(stream_ref stream, const T* data, std::size_t count,
                                      std::size_t batch_size, memory_pool_ref pool,

@@ -67,12 +67,6 @@ inline void order_after(stream_ref later, stream_ref earlier, int device) {
   CUSCOPE_DETAIL_TRY_FOR(status, later.describe() + " waiting for " + earlier.describe());
 }
 
-/// order_after with default stream handles naming the current device's default streams.
-inline void order_after(stream_ref later, stream_ref earlier) {
-  if (later == earlier) return;
-  order_after(later, earlier, current_device());
-}
-
 }  // namespace detail
 
 /// @brief Device memory for count elements of a trivially copyable T, allocated from a pool on a
@@ -80,6 +74,10 @@ inline void order_after(stream_ref later, stream_ref earlier) {
 ///
 /// The contents start uninitialized. A zero-length buffer holds no allocation. Move-only; a
 /// moved-from buffer is empty. Copies take a stream: device_buffer(stream, other).
+///
+/// The buffer is freed on its own stream (stream()). Work enqueued on another stream, copies made
+/// with copy_from and copy_to included, is not ordered before that free: move the buffer there
+/// with set_stream(), or order the streams with an event, before the buffer goes away.
 ///
 /// A default stream handle (stream_ref::legacy(), stream_ref::per_thread()) given to a buffer names
 /// the default stream of the buffer's device, whatever device is current: its stream-ordered
@@ -121,7 +119,8 @@ class device_buffer {
   device_buffer(stream_ref stream, const device_buffer& other)
       : device_buffer(stream, other, other.pool()) {}
 
-  /// @brief A deep copy of other from pool, on stream (ordered after other's stream).
+  /// @brief A deep copy of other from pool, on stream (ordered after other's stream, which then
+  /// waits for the copy, so that other may be freed or written there at once).
   device_buffer(stream_ref stream, const device_buffer& other, memory_pool_ref pool)
       : device_buffer(stream, other.size_, pool) {
     if (size_ != 0) {
@@ -130,6 +129,13 @@ class device_buffer {
       CUSCOPE_DETAIL_TRY_FOR(
           cudaMemcpyAsync(data_, other.data_, size_bytes(), cudaMemcpyDeviceToDevice, stream_),
           describe());
+      // other is freed on its own stream, which knows nothing of the copy that reads it here.
+      try {
+        detail::order_after(other.stream(), stream, device_);
+      } catch (...) {
+        (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaStreamSynchronize(stream_));
+        throw;
+      }
     }
   }
 
@@ -329,7 +335,7 @@ class device_buffer {
   }
 
   void set_pool(const memory_pool_ref& pool) noexcept {
-    pool_ = pool.handle();
+    pool_ = pool.get();
     device_ = pool.device();
     max_bytes_ = pool.max_bytes();
     retry_ = pool.retries_after_trim();

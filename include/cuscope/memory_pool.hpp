@@ -166,10 +166,11 @@ class pool_base {
     const Derived& d = self();
     if (d.handle_ == nullptr) return "empty memory_pool";
     cudaMemPool_t default_pool = nullptr;
-    if (cudaDeviceGetDefaultMemPool(&default_pool, d.device_) == cudaSuccess &&
-        default_pool == d.handle_)
+    // Clears only the error it made: a caller's pending one stays for cudaGetLastError.
+    if (cudaDeviceGetDefaultMemPool(&default_pool, d.device_) != cudaSuccess)
+      (void)cudaGetLastError();
+    else if (default_pool == d.handle_)
       return "the default pool of device " + std::to_string(d.device_);
-    (void)cudaGetLastError();
     return "pool " + format_pointer(static_cast<const void*>(d.handle_)) + " on device " +
            std::to_string(d.device_);
   }
@@ -302,7 +303,7 @@ class memory_pool_ref : public detail::pool_base<memory_pool_ref> {
   }
 
   /// @brief The raw handle.
-  [[nodiscard]] cudaMemPool_t handle() const noexcept { return handle_; }
+  [[nodiscard]] cudaMemPool_t get() const noexcept { return handle_; }
   /// @brief A copy that retries failed allocations once after a synchronization and a trim.
   [[nodiscard]] memory_pool_ref with_retry_after_trim(bool retry = true) const noexcept {
     memory_pool_ref r = *this;
@@ -400,7 +401,7 @@ class memory_pool : public detail::pool_base<memory_pool> {
   }
 
   /// @brief The raw handle; nullptr when empty.
-  [[nodiscard]] cudaMemPool_t handle() const noexcept {
+  [[nodiscard]] cudaMemPool_t get() const noexcept {
     return handle_;
   }
   /// @brief True after a move or release().
@@ -414,15 +415,19 @@ class memory_pool : public detail::pool_base<memory_pool> {
 
   /// @brief A non-owning reference carrying this pool's device, limit and retry setting.
   /// @throws std::logic_error when empty.
-  [[nodiscard]] memory_pool_ref ref() const {
+  [[nodiscard]] memory_pool_ref ref() const& {
     if (handle_ == nullptr)
       throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
     return memory_pool_ref(handle_, device_, max_bytes_, retry_);
   }
+  /// @brief Deleted: a reference to a temporary pool would outlive the pool.
+  memory_pool_ref ref() && = delete;
   /// @brief A non-owning reference; see ref().
-  operator memory_pool_ref() const {
+  operator memory_pool_ref() const& {
     return ref();
   }  // NOLINT: implicit
+  /// @brief Deleted: a reference to a temporary pool would outlive the pool.
+  operator memory_pool_ref() && = delete;
 
  private:
   friend class detail::pool_base<memory_pool>;

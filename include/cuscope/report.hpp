@@ -100,7 +100,7 @@ inline pool_usage usage_of(std::string name, const memory_pool_ref& pool, bool i
   const pool_stats s = pool.stats();
   pool_usage u;
   u.name = std::move(name);
-  u.handle = pool.handle();
+  u.handle = pool.get();
   u.is_default = is_default;
   u.reserved_bytes = s.reserved_bytes;
   u.used_bytes = s.used_bytes;
@@ -120,7 +120,8 @@ inline named_pool to_named(std::size_t index, const memory_pool_ref& p) {
 /// @brief Accounts for device's memory: what the driver reports taken and free, what each of
 /// pools reserves and uses, the default pool, and the rest.
 /// @throws std::invalid_argument for an invalid device or a pool of another device.
-inline device_memory_report memory_report(int device, const std::vector<named_pool>& pools) {
+[[nodiscard]] inline device_memory_report memory_report(int device,
+                                                        const std::vector<named_pool>& pools) {
   detail::check_device(device, "cuscope::memory_report");
   device_memory_report r;
   r.device = device;
@@ -150,7 +151,7 @@ inline device_memory_report memory_report(int device, const std::vector<named_po
 /// @brief memory_report for pools given as memory_pool, memory_pool_ref or named_pool (unnamed
 /// ones are shown as "pool 1", "pool 2"...).
 template <class... Pools>
-device_memory_report memory_report(int device, const Pools&... pools) {
+[[nodiscard]] device_memory_report memory_report(int device, const Pools&... pools) {
   std::vector<named_pool> list;
   std::size_t index = 0;
   (list.push_back(detail::to_named(index++, pools)), ...);

@@ -145,7 +145,8 @@ struct session_options {
 /// back to its reserve at entry, and returns a session_report.
 ///
 /// Sessions nest: session(parent, options) works on the parent's pool and stream, counts its
-/// allocations and budget against the parent's as well, and passes its peaks on to it.
+/// allocations and budget against the parent's as well, and passes its peaks on to it. A nested
+/// session must end before its parent does, as scopes do.
 /// Not copyable or movable; use it from one thread (make_buffer may be called from several).
 class session {
  public:
@@ -286,7 +287,7 @@ class session {
                               ? std::numeric_limits<std::uint64_t>::max()
                               : static_cast<std::uint64_t>(*saved_threshold_);
     if (CUSCOPE_CUDA_TRY_NOTHROW(cudaMemPoolSetAttribute(
-            pool_.handle(), cudaMemPoolAttrReleaseThreshold, &value)) == cudaSuccess)
+            pool_.get(), cudaMemPoolAttrReleaseThreshold, &value)) == cudaSuccess)
       saved_threshold_.reset();
   }
 

@@ -184,13 +184,17 @@ class stream {
 
   /// @brief A non-owning reference.
   /// @throws std::logic_error when empty: an empty handle would mean the legacy default stream.
-  [[nodiscard]] stream_ref ref() const {
+  [[nodiscard]] stream_ref ref() const& {
     if (stream_ == nullptr)
       throw std::logic_error("cuscope::stream: use of an empty (moved-from or released) stream");
     return stream_ref(stream_);
   }
   /// @brief A non-owning reference; see ref().
-  operator stream_ref() const { return ref(); }  // NOLINT: implicit
+  operator stream_ref() const& { return ref(); }  // NOLINT: implicit
+  /// @brief Deleted: a reference to a temporary stream would outlive the stream.
+  stream_ref ref() && = delete;
+  /// @brief Deleted: a reference to a temporary stream would outlive the stream.
+  operator stream_ref() && = delete;
 
   /// @brief The device the stream belongs to.
   [[nodiscard]] int device() const noexcept { return device_; }

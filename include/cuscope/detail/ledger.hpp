@@ -38,12 +38,21 @@ class ledger {
   /// for the buffer. Throws out_of_memory, changing nothing, when a budget would be exceeded.
   void charge(std::size_t bytes) {
     for (ledger* l = this; l != nullptr; l = l->parent_) {
-      const std::size_t now = l->bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-      if (l->budget_ != 0 && now > l->budget_) {
-        for (ledger* r = this; r != l->parent_; r = r->parent_)
-          r->bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-        l->over_budget(bytes, now - bytes);
+      if (l->budget_ == 0) {
+        l->bytes_.fetch_add(bytes, std::memory_order_relaxed);
+        continue;
       }
+      // Checked before it is added: a request that does not fit never shows in the count, where
+      // a concurrent make_buffer would see it and be refused as well, and a huge one cannot wrap
+      // the sum around to something that fits.
+      std::size_t live = l->bytes_.load(std::memory_order_relaxed);
+      do {
+        if (bytes > l->budget_ || live > l->budget_ - bytes) {
+          for (ledger* r = this; r != l; r = r->parent_)
+            r->bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+          l->over_budget(bytes, live);
+        }
+      } while (!l->bytes_.compare_exchange_weak(live, live + bytes, std::memory_order_relaxed));
     }
     for (ledger* l = this; l != nullptr; l = l->parent_) {
       l->count_.fetch_add(1, std::memory_order_relaxed);

@@ -1,0 +1,366 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Runs on the GPU machine (the device tool), in the repository root, what needs a GPU: one mode per
+# 10-minute command. Every step has a time limit and the mode a deadline; a step that fails or
+# runs out of time is reported and the next one still runs. The end of the output is a summary
+# (the device tool returns only the last 12,000 characters); everything else is under OUT, in at
+# most 8 files, as the tool brings back. docs/gpu-checklist.md says how to call it and what to
+# do with the results. Prepare with scripts/gpu-prepare.sh on the development machine.
+#
+#   scripts/gpu-run.sh tests OUT [options]   4 to 9.5 minutes on an H200 machine
+#     configure (the gpu preset's settings, Catch2 from .deps/), build the gpu tests, ctest -L gpu,
+#     the driver probe (driver_probe against driver_probe_sim), compute-sanitizer (memcheck on
+#     the kernels and on the API tests, racecheck and synccheck on the kernels), then the
+#     simulated-device tests if time is left. Writes gpu-tests-summary.txt, gpu-tests-junit.xml,
+#     sim-tests-junit.xml, driver-probe.txt and gpu-tests-logs.tar.gz.
+#   scripts/gpu-run.sh bench OUT [options]   about 9.5 minutes
+#     benchmarks/run_gpu.sh --out OUT: <date>-<gpu>.{json,md,svg,png} and -logs.tar.gz.
+#   scripts/gpu-run.sh all OUT [options]     tests, then bench (more than one 10-minute command)
+#
+#   --no-gpu          rehearse without a GPU: the gpu tests report Skipped, the sanitizers and the
+#                     GPU half of the probe are left out, bench runs run_gpu.sh --sim --quick
+#   --deadline S      seconds for each mode (default 560: the tool allows 600 per command)
+#   --build-dir DIR   build tree for the tests (default build/gpu-run; bench uses build/bench)
+#   --catch2-dir DIR  Catch2's CMake package (default: the one gpu-prepare.sh put under .deps/)
+#   --jobs N          parallel build jobs (default: all processors)
+#   --cmake-arg ARG   one more argument for the tests' configure step (repeatable)
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mode=""
+out=""
+no_gpu=0
+deadline_s=560
+build=""
+catch2_dir=""
+jobs="$(nproc 2>/dev/null || echo 4)"
+extra_cmake=()
+
+die() {
+  echo "gpu-run.sh: $*" >&2
+  exit 2
+}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-gpu) no_gpu=1; shift ;;
+    --deadline) deadline_s="${2:?--deadline needs seconds}"; shift 2 ;;
+    --build-dir) build="${2:?--build-dir needs a directory}"; shift 2 ;;
+    --catch2-dir) catch2_dir="${2:?--catch2-dir needs a directory}"; shift 2 ;;
+    --jobs) jobs="${2:?--jobs needs a number}"; shift 2 ;;
+    --cmake-arg) extra_cmake+=("${2:?--cmake-arg needs an argument}"); shift 2 ;;
+    -h | --help) sed -n '3,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) die "unknown option $1 (see --help)" ;;
+    *)
+      if [ -z "$mode" ]; then mode="$1"
+      elif [ -z "$out" ]; then out="$1"
+      else die "one mode and one output directory (see --help)"; fi
+      shift ;;
+  esac
+done
+case "$mode" in
+  tests | bench | all) ;;
+  *) die "the first argument is the mode: tests, bench or all (see --help)" ;;
+esac
+[ -n "$out" ] || die "give an output directory (on the device machine: \"\$OUT\")"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+[ -n "$build" ] || build="$root/build/gpu-run"
+case "$build" in /*) ;; *) build="$root/$build" ;; esac
+
+cd "$root"
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+if [ "$no_gpu" = 0 ] && ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
+  die "no GPU found (nvidia-smi -L lists none); --no-gpu rehearses without one"
+fi
+
+# The commit measured: .git does not travel to the device machine, gpu-prepare.sh wrote it down.
+commit=""
+if git -C "$root" rev-parse HEAD >/dev/null 2>&1; then
+  commit="$(git -C "$root" rev-parse HEAD)"
+  [ -z "$(git -C "$root" status --porcelain --untracked-files=no)" ] || commit="$commit-dirty"
+elif [ -f "$root/.deps/commit.txt" ]; then
+  commit="$(head -n 1 "$root/.deps/commit.txt")"
+fi
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/cuscope-gpu-run.XXXXXX")"
+logs="$work/logs"
+mkdir -p "$logs"
+steps="$work/steps.tsv"
+: >"$steps"
+failed=0
+start_s=$(date +%s)
+deadline_at=$((start_s + deadline_s))
+reserve_s=20 # kept for the summary and the archive
+
+# step NAME LIMIT COMMAND...: runs COMMAND with its output in logs/NAME.log, within LIMIT seconds
+# and before the deadline, and records the outcome. Never stops the script.
+step() {
+  local name="$1" limit="$2"
+  shift 2
+  local log="$logs/$name.log" now remaining rc t0 t1 status detail
+  now=$(date +%s)
+  remaining=$((deadline_at - reserve_s - now))
+  if [ "$remaining" -lt 10 ]; then
+    printf '%s\t%s\t\t%s\n' "$name" "skipped" "no time left before the deadline" >>"$steps"
+    echo "-- $name: skipped, no time left before the deadline"
+    failed=1
+    return 0
+  fi
+  [ "$limit" -le "$remaining" ] || limit="$remaining"
+  echo "-- $name (at most ${limit}s)"
+  echo "\$ $*" >"$log"
+  t0=$(date +%s)
+  set +e
+  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+  rc=$?
+  set -e
+  t1=$(date +%s)
+  detail=""
+  case "$rc" in
+    0) status=ok ;;
+    124 | 137) status=timeout; detail="stopped after ${limit}s"; failed=1 ;;
+    *) status=failed; detail="exit code $rc"; failed=1 ;;
+  esac
+  printf '%s\t%s\t%s\t%s\n' "$name" "$status" "$((t1 - t0))" "$detail" >>"$steps"
+  echo "   $status $detail ($((t1 - t0))s)"
+  return 0
+}
+
+# stop_time LIMIT: the clock time (HH:MM:SS) at which ctest stops, a little before the step's own
+# limit, so that it still writes its report when tests run long.
+stop_time() {
+  local limit="$1" now remaining
+  now=$(date +%s)
+  remaining=$((deadline_at - reserve_s - now))
+  [ "$limit" -le "$remaining" ] || limit="$remaining"
+  date -d "@$((now + limit - 15))" +%H:%M:%S
+}
+
+note() { # note NAME STATUS WHY: a step that does not run here
+  printf '%s\t%s\t\t%s\n' "$1" "$2" "$3" >>"$steps"
+  echo "-- $1: $2, $3"
+}
+
+find_catch2() {
+  if [ -n "$catch2_dir" ]; then
+    [ -f "$catch2_dir/Catch2Config.cmake" ] || die "no Catch2Config.cmake in $catch2_dir"
+    echo "$catch2_dir"
+    return 0
+  fi
+  local found
+  found="$(find "$root/.deps" -name Catch2Config.cmake -print -quit 2>/dev/null || true)"
+  [ -n "$found" ] && dirname "$found"
+  return 0
+}
+
+# Tests ---------------------------------------------------------------------------------------------
+run_tests() {
+  local cat2
+  cat2="$(find_catch2)"
+  {
+    echo "commit: ${commit:-unknown}"
+    echo "catch2: ${cat2:-none under .deps, the system one if any}"
+    uname -a
+    command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L &&
+      nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem \
+        --format=csv
+    nvcc --version
+    cmake --version | head -n 1
+    c++ --version | head -n 1
+    command -v ninja >/dev/null 2>&1 && echo "ninja $(ninja --version)"
+    echo "compute-sanitizer: ${sanitizer:-not found}"
+  } >"$logs/machine.log" 2>&1 || true
+
+  local args=(-S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCUSCOPE_REAL_RUNTIME=ON
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DCUSCOPE_WARNINGS_AS_ERRORS=OFF -DCUSCOPE_SANITIZE=OFF
+    -DCUSCOPE_TEST_PTDS=OFF -DCUSCOPE_BUILD_BENCHMARKS=OFF -DCUSCOPE_FORMAT_CHECK=OFF)
+  [ -z "$cat2" ] || args+=("-DCatch2_DIR=$cat2")
+  if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then args+=(-G Ninja); fi
+  step configure 150 cmake "${args[@]}" "${extra_cmake[@]}"
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    note build skipped "no build tree (configure failed)"
+    return 0
+  fi
+  local keep_going=(-k)
+  grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja' "$build/CMakeCache.txt" && keep_going=(-k 0)
+
+  # What needs the GPU first: the gpu tests, the example run as one, and the probe.
+  local targets=(training_loop driver_probe driver_probe_sim) src name
+  for src in "$root"/tests/*_test.cpp "$root"/tests/*_test.cu; do
+    [ -e "$src" ] || continue
+    name="$(basename "$src")"
+    targets+=("${name%.*}_gpu")
+  done
+  step build-gpu 300 cmake --build "$build" -j "$jobs" --target "${targets[@]}" -- "${keep_going[@]}"
+  # Verbose: the log keeps every test's output, the warnings of skipped test cases too (the gpu
+  # tests run one at a time, so their outputs do not interleave).
+  step ctest-gpu 240 ctest --test-dir "$build" -L gpu -j "$jobs" --verbose \
+    --stop-time "$(stop_time 240)" --output-junit "$out/gpu-tests-junit.xml"
+
+  # The driver's answers next to the simulation's (docs/gpu-checklist.md, "The driver probe").
+  local probe_gpu="$build/tests/driver_probe" probe_sim="$build/tests/driver_probe_sim"
+  step probe-sim 30 "$probe_sim"
+  if [ "$no_gpu" = 1 ]; then
+    note probe-gpu skipped "--no-gpu"
+  else
+    step probe-gpu 60 "$probe_gpu"
+  fi
+  compare_probe "$logs/probe-gpu.log" "$logs/probe-sim.log" >"$out/driver-probe.txt" 2>&1 || true
+
+  run_sanitizers
+
+  # The simulated-device tests, if time is left: CI runs them too, so they come last.
+  step build-sim 240 cmake --build "$build" -j "$jobs" -- "${keep_going[@]}"
+  step ctest-sim 120 ctest --test-dir "$build" -L sim -LE 'consumer|packaging|bench' -j "$jobs" \
+    --output-on-failure --stop-time "$(stop_time 120)" --output-junit "$out/sim-tests-junit.xml"
+}
+
+# compare_probe GPU SIM: one line per key, the two answers, and whether they differ.
+compare_probe() {
+  local gpu="$1" sim="$2"
+  if [ ! -s "$gpu" ] || ! grep -q '^# driver_probe: done' "$gpu"; then
+    echo "driver probe: no complete GPU answers (see logs/probe-gpu.log); the simulation's:"
+    grep -v '^\$ ' "$sim" 2>/dev/null || true
+    return 0
+  fi
+  awk '
+    function key(line) { return substr(line, 1, index(line, ": ") - 1) }
+    function value(line) { return substr(line, index(line, ": ") + 2) }
+    /^\$ / || /^#/ || index($0, ": ") == 0 { next }
+    FNR == NR { sim[key($0)] = value($0); next }
+    {
+      k = key($0); g = value($0)
+      if (k ~ /^info\./) { printf "%-58s %s\n", k, g; next }
+      s = (k in sim) ? sim[k] : "(absent)"
+      if (s == g) { same++; printf "%-58s same: %s\n", k, g }
+      else { diff++; printf "%-58s DIFFERENT: gpu %s | simulation %s\n", k, g, s }
+    }
+    END { printf "driver probe: %d answers as simulated, %d different\n", same, diff }
+  ' "$sim" "$gpu"
+}
+
+run_sanitizers() {
+  if [ "$no_gpu" = 1 ]; then
+    note compute-sanitizer skipped "--no-gpu"
+    return 0
+  fi
+  if [ -z "$sanitizer" ]; then
+    note compute-sanitizer skipped "compute-sanitizer not found"
+    return 0
+  fi
+  # --error-exitcode tells a finding (86) from a failing test; the API tests provoke errors on
+  # purpose, so for them API errors are not reported.
+  local cs=("$sanitizer" --error-exitcode 86 --print-limit 20)
+  local t="$build/tests" ex="$build/examples"
+  # A test case with few launches of the kernel that reduces in shared memory.
+  local few="batch: a session around a loop with kernels sees the buffers returned"
+  step memcheck-training_loop 120 "${cs[@]}" --tool memcheck --leak-check full "$ex/training_loop"
+  if grep -q 'Device not supported\|not supported on this' "$logs/memcheck-training_loop.log"; then
+    note compute-sanitizer skipped "the tool does not support this device (a gVisor machine?)"
+    return 0
+  fi
+  step memcheck-batch_kernels 150 "${cs[@]}" --tool memcheck --leak-check full \
+    "$t/batch_kernels_test_gpu"
+  step racecheck-batch_kernels 60 "${cs[@]}" --tool racecheck "$t/batch_kernels_test_gpu" "$few"
+  step synccheck-batch_kernels 60 "${cs[@]}" --tool synccheck "$t/batch_kernels_test_gpu" "$few"
+  step memcheck-thrust 90 "${cs[@]}" --tool memcheck --leak-check full "$t/thrust_test_gpu"
+  local api
+  for api in session memory_pool device_buffer sim; do
+    step "memcheck-$api" 60 "${cs[@]}" --tool memcheck --leak-check full \
+      --report-api-errors no "$t/${api}_test_gpu"
+  done
+  # The most launches: last.
+  step racecheck-training_loop 120 "${cs[@]}" --tool racecheck "$ex/training_loop"
+  step synccheck-training_loop 90 "${cs[@]}" --tool synccheck "$ex/training_loop"
+}
+
+# Benchmarks ----------------------------------------------------------------------------------------
+run_bench() {
+  local args=(--out "$out" --deadline "$deadline_s")
+  [ -z "$commit" ] || args+=(--commit "$commit")
+  [ "$no_gpu" = 0 ] || args+=(--sim --quick --build-dir "$build-bench-sim")
+  echo "-- benchmarks/run_gpu.sh ${args[*]}"
+  set +e
+  bash "$root/benchmarks/run_gpu.sh" "${args[@]}"
+  local rc=$?
+  set -e
+  [ "$rc" = 0 ] || failed=1
+  return 0
+}
+
+# Summary ---------------------------------------------------------------------------------------------
+# shellcheck disable=SC2317  # invoked by the EXIT trap
+summarize() {
+  local f
+  echo "== gpu-run.sh $mode: commit ${commit:-unknown}, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  grep -m1 '^GPU ' "$logs/machine.log" 2>/dev/null || true
+  echo "== steps (name, status, seconds, detail)"
+  column -t -s $'\t' "$steps" 2>/dev/null || cat "$steps"
+  for f in ctest-gpu ctest-sim; do
+    [ -f "$logs/$f.log" ] || continue
+    echo "== $f"
+    grep -E 'tests passed|tests failed out of' "$logs/$f.log" || true
+    sed -n '/^The following tests FAILED:/,/^Errors while running/p' "$logs/$f.log" | head -n 40
+    sed -n '/^The following tests did not run:/,/^$/p' "$logs/$f.log" | head -n 30
+    # Test cases that a GPU machine with one device skips, and the failing assertions.
+    grep -hoE 'skipped: needs.*|[^ ]+: FAILED:$' "$logs/$f.log" | sort | uniq -c | head -n 30 || true
+  done
+  for f in "$logs"/memcheck-*.log "$logs"/racecheck-*.log "$logs"/synccheck-*.log; do
+    [ -f "$f" ] || continue
+    printf '== %s: %s\n' "$(basename "$f" .log)" \
+      "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY' "$f" | tr '\n' ' ' || true)"
+  done
+  if [ -s "$out/driver-probe.txt" ]; then
+    echo "== driver probe (driver-probe.txt): answers that differ from the simulation's"
+    grep -E 'DIFFERENT|^driver probe' "$out/driver-probe.txt" | head -n 40 || true
+  fi
+  echo "== the end of failed steps' logs"
+  awk -F'\t' '$2 == "failed" || $2 == "timeout" { print $1 }' "$steps" | while read -r f; do
+    echo "-- $f.log"
+    tail -n 15 "$logs/$f.log" 2>/dev/null | cut -c1-200
+  done
+}
+
+# shellcheck disable=SC2317  # invoked by the EXIT trap
+finish() {
+  local rc=$?
+  set +e
+  trap - EXIT
+  if [ "$mode" != bench ]; then
+    summarize >"$out/gpu-tests-summary.txt" 2>&1
+    cp "$steps" "$logs/steps.tsv"
+    tar -czf "$out/gpu-tests-logs.tar.gz" -C "$work" logs 2>/dev/null
+    echo
+    # The last 12,000 characters are what the device tool returns.
+    tail -c 9000 "$out/gpu-tests-summary.txt"
+    echo "files in $out:"
+    find "$out" -maxdepth 1 -type f -printf '  %10s  %f\n' | sort -k2
+  fi
+  rm -rf "$work"
+  [ "$failed" = 0 ] || rc=1
+  exit "$rc"
+}
+trap finish EXIT
+
+sanitizer=""
+for candidate in compute-sanitizer /usr/local/cuda/bin/compute-sanitizer \
+  /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+  if command -v "$candidate" >/dev/null 2>&1; then
+    sanitizer="$(command -v "$candidate")"
+    break
+  fi
+done
+
+case "$mode" in
+  tests) run_tests ;;
+  bench) run_bench ;;
+  all)
+    run_tests
+    start_s=$(date +%s)
+    deadline_at=$((start_s + deadline_s))
+    run_bench
+    ;;
+esac
+exit 0 # finish() writes the summary and sets the exit code

@@ -1,0 +1,457 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the runtime answers where CUDA's documentation leaves the answer open: the choices listed
+// in docs/simulated-device.md ("Choices the documentation leaves open", "Open questions").
+//
+// Built twice (cuscope_add_program): driver_probe on the real runtime and driver_probe_sim on the
+// simulated device. scripts/gpu-run.sh runs both on a GPU machine and prints the lines whose
+// values differ; docs/gpu-checklist.md says what to do about each. Not a test: it asserts
+// nothing, and prints one "key: value" line per answer. Keys starting with "info." describe the
+// machine and are not compared.
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <thread>
+
+namespace {
+
+constexpr std::size_t KiB = std::size_t{1} << 10;
+constexpr std::size_t MiB = std::size_t{1} << 20;
+constexpr std::uint64_t keep_all = std::numeric_limits<std::uint64_t>::max();
+
+int failed_calls = 0;
+
+void put(const std::string& key, const std::string& value) {
+  std::printf("%s: %s\n", key.c_str(), value.c_str());
+}
+
+std::string name_of(cudaError_t e) {
+  return cudaGetErrorName(e);
+}
+
+std::string yes_no(bool b) {
+  return b ? "yes" : "no";
+}
+
+// A call the probe needs to go on; a failure is printed as a comment and counted.
+bool ok(cudaError_t e, const char* call) {
+  if (e == cudaSuccess) return true;
+  std::printf("# %s failed: %s\n", call, cudaGetErrorName(e));
+  (void)cudaGetLastError();
+  ++failed_calls;
+  return false;
+}
+#define PROBE_TRY(call) ok((call), #call)
+
+// A call whose error code is the answer; the error is cleared so that it does not linger.
+std::string answer(cudaError_t e) {
+  (void)cudaGetLastError();
+  return name_of(e);
+}
+
+std::uint64_t attribute(cudaMemPool_t pool, cudaMemPoolAttr a) {
+  std::uint64_t v = 0;
+  (void)PROBE_TRY(cudaMemPoolGetAttribute(pool, a, &v));
+  return v;
+}
+
+std::uint64_t used(cudaMemPool_t pool) {
+  return attribute(pool, cudaMemPoolAttrUsedMemCurrent);
+}
+
+std::uint64_t reserved(cudaMemPool_t pool) {
+  return attribute(pool, cudaMemPoolAttrReservedMemCurrent);
+}
+
+std::string mib(std::uint64_t bytes) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%llu (%.3f MiB)", static_cast<unsigned long long>(bytes),
+                static_cast<double>(bytes) / static_cast<double>(MiB));
+  return text;
+}
+
+std::string signed_mib(std::size_t after, std::size_t before) {
+  const bool more = after >= before;
+  return std::string(more ? "+" : "-") + mib(more ? after - before : before - after);
+}
+
+void set_threshold(cudaMemPool_t pool, std::uint64_t bytes) {
+  (void)PROBE_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &bytes));
+}
+
+cudaMemPool_t make_pool(std::uint64_t threshold, std::size_t max_bytes = 0) {
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = 0;
+#if CUDART_VERSION >= 12020
+  props.maxSize = max_bytes;
+#else
+  (void)max_bytes;
+#endif
+  cudaMemPool_t pool = nullptr;
+  if (!PROBE_TRY(cudaMemPoolCreate(&pool, &props))) return nullptr;
+  set_threshold(pool, threshold);
+  return pool;
+}
+
+cudaStream_t make_stream() {
+  cudaStream_t s = nullptr;
+  (void)PROBE_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+std::size_t free_memory() {
+  std::size_t free_bytes = 0;
+  std::size_t total = 0;
+  (void)PROBE_TRY(cudaMemGetInfo(&free_bytes, &total));
+  return free_bytes;
+}
+
+// Host function: keeps its stream busy for the given milliseconds.
+void busy(void* milliseconds) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<const int*>(milliseconds)));
+}
+
+void empty_pool(cudaMemPool_t pool, cudaStream_t s) {
+  (void)PROBE_TRY(cudaStreamSynchronize(s));
+  (void)PROBE_TRY(cudaMemPoolTrimTo(pool, 0));
+}
+
+void probe_device() {
+  cudaDeviceProp prop{};
+  if (PROBE_TRY(cudaGetDeviceProperties(&prop, 0))) put("info.device", prop.name);
+  int driver = 0;
+  int runtime = 0;
+  (void)PROBE_TRY(cudaDriverGetVersion(&driver));
+  (void)PROBE_TRY(cudaRuntimeGetVersion(&runtime));
+  put("info.driver_version", std::to_string(driver));
+  put("info.runtime_version", std::to_string(runtime));
+  std::size_t free_bytes = 0;
+  std::size_t total = 0;
+  (void)PROBE_TRY(cudaMemGetInfo(&free_bytes, &total));
+  put("info.total", mib(total));
+  put("info.free_at_start", mib(free_bytes));
+  put("device.meminfo_total_is_totalGlobalMem", yes_no(total == prop.totalGlobalMem));
+  cudaMemPool_t def = nullptr;
+  if (PROBE_TRY(cudaDeviceGetDefaultMemPool(&def, 0)))
+    put("default_pool.release_threshold", mib(attribute(def, cudaMemPoolAttrReleaseThreshold)));
+}
+
+// Used bytes per allocation: the simulation rounds each up to 256.
+void probe_used_rounding(cudaStream_t s) {
+  cudaMemPool_t pool = make_pool(keep_all);
+  if (pool == nullptr) return;
+  for (const std::size_t bytes : {std::size_t{1}, std::size_t{12}, std::size_t{1000}, 4 * KiB,
+                                  100 * KiB, MiB, 3 * MiB, 48 * MiB}) {
+    const std::uint64_t before = used(pool);
+    void* p = nullptr;
+    if (!PROBE_TRY(cudaMallocFromPoolAsync(&p, bytes, pool, s))) continue;
+    put("used.of_" + std::to_string(bytes) + "_bytes", mib(used(pool) - before));
+    (void)PROBE_TRY(cudaFreeAsync(p, s));
+  }
+  empty_pool(pool, s);
+  (void)PROBE_TRY(cudaMemPoolDestroy(pool));
+}
+
+// How a pool grows: the simulation reserves one chunk of the request rounded up to 2 MiB.
+void probe_growth(cudaStream_t s) {
+  cudaMemPool_t pool = make_pool(keep_all);
+  if (pool == nullptr) return;
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  if (PROBE_TRY(cudaMallocFromPoolAsync(&a, 1000, pool, s)))
+    put("reserved.after_1000_bytes", mib(reserved(pool)));
+  if (PROBE_TRY(cudaMallocFromPoolAsync(&b, 3 * MiB, pool, s)))
+    put("reserved.after_1000_bytes_and_3_MiB", mib(reserved(pool)));
+  if (PROBE_TRY(cudaMallocFromPoolAsync(&c, 48 * MiB, pool, s)))
+    put("reserved.after_1000_bytes_3_MiB_and_48_MiB", mib(reserved(pool)));
+  for (void* p : {a, b, c})
+    if (p != nullptr) (void)PROBE_TRY(cudaFreeAsync(p, s));
+  empty_pool(pool, s);
+  (void)PROBE_TRY(cudaMemPoolDestroy(pool));
+}
+
+// When used bytes drop, and what a trim can release, while a free waits behind other work.
+void probe_pending_free(cudaStream_t s) {
+  cudaMemPool_t pool = make_pool(keep_all);
+  if (pool == nullptr) return;
+  void* p = nullptr;
+  if (PROBE_TRY(cudaMallocFromPoolAsync(&p, 4 * MiB, pool, s)) &&
+      PROBE_TRY(cudaStreamSynchronize(s))) {
+    const std::uint64_t held = reserved(pool);
+    static int wait_ms = 300;
+    (void)PROBE_TRY(cudaLaunchHostFunc(s, &busy, &wait_ms));
+    (void)PROBE_TRY(cudaFreeAsync(p, s));
+    put("used.when_the_free_is_enqueued_behind_work", mib(used(pool)));
+    (void)PROBE_TRY(cudaMemPoolTrimTo(pool, 0));
+    put("trim.before_the_free_runs_keeps_all", yes_no(reserved(pool) == held));
+    (void)PROBE_TRY(cudaStreamSynchronize(s));
+    put("used.after_the_free_ran", mib(used(pool)));
+    (void)PROBE_TRY(cudaMemPoolTrimTo(pool, 0));
+    put("trim.after_synchronizing_releases_all", yes_no(reserved(pool) == 0));
+  }
+  empty_pool(pool, s);
+  (void)PROBE_TRY(cudaMemPoolDestroy(pool));
+}
+
+// Watermarks reset to 0 or to the current value, and which attributes may be set.
+void probe_watermarks(cudaStream_t s) {
+  cudaMemPool_t pool = make_pool(keep_all);
+  if (pool == nullptr) return;
+  void* a = nullptr;
+  void* b = nullptr;
+  if (PROBE_TRY(cudaMallocFromPoolAsync(&a, 2 * MiB, pool, s)) &&
+      PROBE_TRY(cudaMallocFromPoolAsync(&b, 2 * MiB, pool, s))) {
+    (void)PROBE_TRY(cudaFreeAsync(b, s));
+    (void)PROBE_TRY(cudaStreamSynchronize(s));
+    put("used_high.before_reset", mib(attribute(pool, cudaMemPoolAttrUsedMemHigh)));
+    std::uint64_t value = 5;
+    put("error.set_used_high_to_5",
+        answer(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &value)));
+    value = 0;
+    put("error.set_used_current_to_0",
+        answer(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &value)));
+    if (PROBE_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &value))) {
+      const std::uint64_t high = attribute(pool, cudaMemPoolAttrUsedMemHigh);
+      put("used_high.after_reset", mib(high));
+      put("used_high.reset_gives_current", yes_no(high == used(pool)));
+    }
+    if (PROBE_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &value)))
+      put("reserved_high.reset_gives_current",
+          yes_no(attribute(pool, cudaMemPoolAttrReservedMemHigh) == reserved(pool)));
+    (void)PROBE_TRY(cudaFreeAsync(a, s));
+  }
+  empty_pool(pool, s);
+  (void)PROBE_TRY(cudaMemPoolDestroy(pool));
+}
+
+// Whether a trim can release part of a reserve built by several allocations.
+void probe_partial_trim(cudaStream_t s) {
+  cudaMemPool_t pool = make_pool(keep_all);
+  if (pool == nullptr) return;
+  void* blocks[4] = {};
+  for (void*& p : blocks)
+    (void)PROBE_TRY(cudaMallocFromPoolAsync(&p, 16 * MiB, pool, s));
+  for (void* p : blocks)
+    if (p != nullptr) (void)PROBE_TRY(cudaFreeAsync(p, s));
+  (void)PROBE_TRY(cudaStreamSynchronize(s));
+  put("reserved.after_four_16_MiB", mib(reserved(pool)));
+  (void)PROBE_TRY(cudaMemPoolTrimTo(pool, 20 * MiB));
+  put("reserved.after_trim_to_20_MiB", mib(reserved(pool)));
+  empty_pool(pool, s);
+  (void)PROBE_TRY(cudaMemPoolDestroy(pool));
+}
+
+// What cudaMemGetInfo says around allocations that are given back.
+void probe_meminfo(cudaStream_t s) {
+  const std::size_t first = free_memory();
+  put("meminfo.two_readings_differ_by", signed_mib(free_memory(), first));
+  void* p = nullptr;
+  if (PROBE_TRY(cudaMalloc(&p, 64 * MiB))) {
+    put("meminfo.cudaMalloc_64_MiB_takes", signed_mib(first, free_memory()));
+    (void)PROBE_TRY(cudaFree(p));
+    put("meminfo.after_cudaFree_vs_before", signed_mib(free_memory(), first));
+  }
+  const std::size_t before_async = free_memory();
+  if (PROBE_TRY(cudaMalloc(&p, 16 * MiB))) {
+    (void)PROBE_TRY(cudaFreeAsync(p, s));
+    (void)PROBE_TRY(cudaStreamSynchronize(s));
+    put("meminfo.after_cudaFreeAsync_of_cudaMalloc_vs_before",
+        signed_mib(free_memory(), before_async));
+  }
+  const std::size_t before_pool = free_memory();
+  cudaMemPool_t pool = make_pool(keep_all);
+  if (pool == nullptr) return;
+  void* a = nullptr;
+  void* b = nullptr;
+  if (PROBE_TRY(cudaMallocFromPoolAsync(&a, 64 * MiB, pool, s)) &&
+      PROBE_TRY(cudaMallocFromPoolAsync(&b, 32 * MiB, pool, s))) {
+    put("meminfo.pool_of_64_and_32_MiB_takes", signed_mib(before_pool, free_memory()));
+    put("reserved.after_64_and_32_MiB", mib(reserved(pool)));
+    (void)PROBE_TRY(cudaFreeAsync(a, s));
+    (void)PROBE_TRY(cudaFreeAsync(b, s));
+  }
+  empty_pool(pool, s);
+  put("meminfo.after_trim_to_0_vs_before", signed_mib(free_memory(), before_pool));
+  (void)PROBE_TRY(cudaMemPoolDestroy(pool));
+  put("meminfo.after_pool_destroy_vs_before", signed_mib(free_memory(), before_pool));
+}
+
+// Which synchronization applies a release threshold to a pool with cached memory.
+void probe_release_at_sync() {
+  cudaMemPool_t pool = make_pool(keep_all);
+  cudaStream_t a = make_stream();
+  cudaStream_t b = make_stream();
+  void* p = nullptr;
+  if (pool != nullptr && PROBE_TRY(cudaMallocFromPoolAsync(&p, 32 * MiB, pool, a))) {
+    (void)PROBE_TRY(cudaFreeAsync(p, a));
+    (void)PROBE_TRY(cudaStreamSynchronize(a));
+    put("release.cached_before", mib(reserved(pool)));
+    set_threshold(pool, 0);
+    (void)PROBE_TRY(cudaStreamSynchronize(b));
+    put("release.after_synchronizing_an_unrelated_stream", mib(reserved(pool)));
+    (void)PROBE_TRY(cudaStreamSynchronize(a));
+    put("release.after_synchronizing_the_freeing_stream_again", mib(reserved(pool)));
+    (void)PROBE_TRY(cudaDeviceSynchronize());
+    put("release.after_cudaDeviceSynchronize", mib(reserved(pool)));
+  }
+  if (pool != nullptr) (void)PROBE_TRY(cudaMemPoolTrimTo(pool, 0));
+  if (pool != nullptr) (void)PROBE_TRY(cudaMemPoolDestroy(pool));
+  (void)PROBE_TRY(cudaStreamDestroy(a));
+  (void)PROBE_TRY(cudaStreamDestroy(b));
+}
+
+// With every reuse policy off: does a successful cudaStreamQuery make a free reusable on another
+// stream, as cudaStreamSynchronize does?
+void probe_reuse_after_query() {
+  cudaMemPool_t pool = make_pool(keep_all);
+  cudaStream_t a = make_stream();
+  cudaStream_t c = make_stream();
+  if (pool == nullptr) return;
+  int off = 0;
+  for (const cudaMemPoolAttr policy :
+       {cudaMemPoolReuseFollowEventDependencies, cudaMemPoolReuseAllowOpportunistic,
+        cudaMemPoolReuseAllowInternalDependencies})
+    (void)PROBE_TRY(cudaMemPoolSetAttribute(pool, policy, &off));
+  void* p = nullptr;
+  void* q = nullptr;
+  void* r = nullptr;
+  if (PROBE_TRY(cudaMallocFromPoolAsync(&p, 32 * MiB, pool, a)) && PROBE_TRY(cudaFreeAsync(p, a))) {
+    cudaError_t query = cudaErrorNotReady;
+    for (int i = 0; i < 1000 && query == cudaErrorNotReady; ++i) {
+      query = cudaStreamQuery(a);
+      if (query == cudaErrorNotReady) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    put("reuse.query_of_the_freeing_stream", answer(query));
+    if (PROBE_TRY(cudaMallocFromPoolAsync(&q, 32 * MiB, pool, c)))
+      put("reuse.on_another_stream_after_a_successful_query", yes_no(q == p));
+    (void)PROBE_TRY(cudaStreamSynchronize(a));
+    if (PROBE_TRY(cudaMallocFromPoolAsync(&r, 32 * MiB, pool, c)))
+      put("reuse.on_another_stream_after_cudaStreamSynchronize", yes_no(r == p));
+  }
+  for (void* x : {q, r})
+    if (x != nullptr) (void)PROBE_TRY(cudaFreeAsync(x, c));
+  empty_pool(pool, c);
+  (void)PROBE_TRY(cudaMemPoolDestroy(pool));
+  (void)PROBE_TRY(cudaStreamDestroy(a));
+  (void)PROBE_TRY(cudaStreamDestroy(c));
+}
+
+void probe_queries(cudaStream_t s) {
+  static int wait_ms = 200;
+  (void)PROBE_TRY(cudaLaunchHostFunc(s, &busy, &wait_ms));
+  put("query.stream_with_work_running", answer(cudaStreamQuery(s)));
+  (void)PROBE_TRY(cudaStreamSynchronize(s));
+}
+
+void probe_default_pool(cudaStream_t s) {
+  cudaMemPool_t def = nullptr;
+  if (!PROBE_TRY(cudaDeviceGetDefaultMemPool(&def, 0))) return;
+  void* p = nullptr;
+  if (PROBE_TRY(cudaMallocAsync(&p, 8 * MiB, s))) {
+    put("default_pool.reserved_with_8_MiB_live", mib(reserved(def)));
+    (void)PROBE_TRY(cudaFreeAsync(p, s));
+    (void)PROBE_TRY(cudaStreamSynchronize(s));
+    put("default_pool.reserved_after_free_and_synchronize", mib(reserved(def)));
+  }
+  put("error.destroy_the_default_pool", answer(cudaMemPoolDestroy(def)));
+}
+
+void probe_errors(cudaStream_t s) {
+  int on_stack = 0;
+  put("error.cudaFree_of_a_host_pointer", answer(cudaFree(&on_stack)));
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, 0);
+  put("error.cudaMalloc_of_0_bytes", answer(e));
+  put("cudaMalloc_of_0_bytes_gives_null", yes_no(p == nullptr));
+  if (e == cudaSuccess && p != nullptr) (void)PROBE_TRY(cudaFree(p));
+  p = nullptr;
+  e = cudaMallocAsync(&p, 0, s);
+  put("error.cudaMallocAsync_of_0_bytes", answer(e));
+  if (e == cudaSuccess && p != nullptr) (void)PROBE_TRY(cudaFreeAsync(p, s));
+  cudaMemPool_t pool = make_pool(keep_all);
+  if (pool == nullptr) return;
+  p = nullptr;
+  e = cudaMallocFromPoolAsync(&p, 0, pool, s);
+  put("error.cudaMallocFromPoolAsync_of_0_bytes", answer(e));
+  if (e == cudaSuccess && p != nullptr) (void)PROBE_TRY(cudaFreeAsync(p, s));
+  // Last, in a pool of its own: a double free the driver did not catch could harm the pool.
+  p = nullptr;
+  if (PROBE_TRY(cudaMallocFromPoolAsync(&p, 4 * KiB, pool, s)) && PROBE_TRY(cudaFreeAsync(p, s)))
+    put("error.second_cudaFreeAsync_of_a_pointer", answer(cudaFreeAsync(p, s)));
+  empty_pool(pool, s);
+  (void)PROBE_TRY(cudaMemPoolDestroy(pool));
+}
+
+void probe_max_size(cudaStream_t s) {
+#if CUDART_VERSION >= 12020
+  cudaMemPool_t small = make_pool(keep_all, 4 * MiB);
+  if (small != nullptr) {
+    void* a = nullptr;
+    void* b = nullptr;
+    put("max_size_4_MiB.allocate_1_MiB", answer(cudaMallocFromPoolAsync(&a, MiB, small, s)));
+    put("max_size_4_MiB.reserved_after_1_MiB", mib(reserved(small)));
+    void* big = nullptr;
+    put("max_size_4_MiB.allocate_8_MiB_more",
+        answer(cudaMallocFromPoolAsync(&big, 8 * MiB, small, s)));
+    put("max_size_4_MiB.allocate_3_MiB_more",
+        answer(cudaMallocFromPoolAsync(&b, 3 * MiB, small, s)));
+    for (void* p : {a, b, big})
+      if (p != nullptr) (void)PROBE_TRY(cudaFreeAsync(p, s));
+    empty_pool(small, s);
+    (void)PROBE_TRY(cudaMemPoolDestroy(small));
+  }
+  cudaMemPool_t limited = make_pool(keep_all, 64 * MiB);
+  if (limited != nullptr) {
+    void* a = nullptr;
+    void* b = nullptr;
+    put("max_size_64_MiB.allocate_48_MiB",
+        answer(cudaMallocFromPoolAsync(&a, 48 * MiB, limited, s)));
+    put("max_size_64_MiB.reserved_after_48_MiB", mib(reserved(limited)));
+    put("max_size_64_MiB.allocate_32_MiB_more",
+        answer(cudaMallocFromPoolAsync(&b, 32 * MiB, limited, s)));
+    for (void* p : {a, b})
+      if (p != nullptr) (void)PROBE_TRY(cudaFreeAsync(p, s));
+    empty_pool(limited, s);
+    (void)PROBE_TRY(cudaMemPoolDestroy(limited));
+  }
+#else
+  (void)s;
+  put("max_size", "not in these headers (CUDA 12.2+)");
+#endif
+}
+
+}  // namespace
+
+int main() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("driver_probe: no CUDA device\n");
+    return 77;
+  }
+  if (!PROBE_TRY(cudaSetDevice(0))) return 1;
+  cudaStream_t s = make_stream();
+  probe_device();
+  probe_used_rounding(s);
+  probe_growth(s);
+  probe_pending_free(s);
+  probe_watermarks(s);
+  probe_partial_trim(s);
+  probe_meminfo(s);
+  probe_release_at_sync();
+  probe_reuse_after_query();
+  probe_queries(s);
+  probe_default_pool(s);
+  probe_max_size(s);
+  probe_errors(s);
+  (void)PROBE_TRY(cudaStreamSynchronize(s));
+  (void)PROBE_TRY(cudaStreamDestroy(s));
+  std::printf("# driver_probe: done, %d calls failed\n", failed_calls);
+  return 0;
+}
