@@ -49,6 +49,14 @@ class device_guard {
     sim::reset(c);
 #else
     (void)setup;
+    // A test that failed half-way may have left another pool current for cudaMallocAsync.
+    int devices = 0;
+    REQUIRE(cudaGetDeviceCount(&devices) == cudaSuccess);
+    for (int d = 0; d < devices; ++d) {
+      cudaMemPool_t default_pool = nullptr;
+      REQUIRE(cudaDeviceGetDefaultMemPool(&default_pool, d) == cudaSuccess);
+      REQUIRE(cudaDeviceSetMemPool(d, default_pool) == cudaSuccess);
+    }
     REQUIRE(cudaSetDevice(0) == cudaSuccess);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     (void)cudaGetLastError();
