@@ -94,39 +94,8 @@ start_s=$(date +%s)
 deadline_at=$((start_s + deadline_s))
 reserve_s=20 # kept for the summary and the archive
 
-# step NAME LIMIT COMMAND...: runs COMMAND with its output in logs/NAME.log, within LIMIT seconds
-# and before the deadline, and records the outcome. Never stops the script.
-step() {
-  local name="$1" limit="$2"
-  shift 2
-  local log="$logs/$name.log" now remaining rc t0 t1 status detail
-  now=$(date +%s)
-  remaining=$((deadline_at - reserve_s - now))
-  if [ "$remaining" -lt 10 ]; then
-    printf '%s\t%s\t\t%s\n' "$name" "skipped" "no time left before the deadline" >>"$steps"
-    echo "-- $name: skipped, no time left before the deadline"
-    failed=1
-    return 0
-  fi
-  [ "$limit" -le "$remaining" ] || limit="$remaining"
-  echo "-- $name (at most ${limit}s)"
-  echo "\$ $*" >"$log"
-  t0=$(date +%s)
-  set +e
-  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
-  rc=$?
-  set -e
-  t1=$(date +%s)
-  detail=""
-  case "$rc" in
-    0) status=ok ;;
-    124 | 137) status=timeout; detail="stopped after ${limit}s"; failed=1 ;;
-    *) status=failed; detail="exit code $rc"; failed=1 ;;
-  esac
-  printf '%s\t%s\t%s\t%s\n' "$name" "$status" "$((t1 - t0))" "$detail" >>"$steps"
-  echo "   $status $detail ($((t1 - t0))s)"
-  return 0
-}
+# shellcheck source=steps.sh
+source "$root/scripts/steps.sh"
 
 # stop_time LIMIT: the clock time (HH:MM:SS) at which ctest stops, a little before the step's own
 # limit, so that it still writes its report when tests run long.
