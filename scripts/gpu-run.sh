@@ -157,7 +157,7 @@ run_tests() {
 
   # What needs the GPU first: the gpu tests, the example run as one, and the probe.
   local targets=(training_loop driver_probe driver_probe_sim) src name
-  for src in "$root"/tests/*_test.cpp "$root"/tests/*_test.cu; do
+  for src in "$root"/tests/*_test.cpp "$root"/tests/*_test.cu "$root"/sim/tests/sim_*_test.cpp; do
     [ -e "$src" ] || continue
     name="$(basename "$src")"
     targets+=("${name%.*}_gpu")
@@ -236,8 +236,8 @@ run_sanitizers() {
   step synccheck-batch_kernels 60 "${cs[@]}" --tool synccheck "$t/batch_kernels_test_gpu" "$few"
   step memcheck-thrust 90 "${cs[@]}" --tool memcheck --leak-check full "$t/thrust_test_gpu"
   local api
-  for api in session memory_pool device_buffer sim; do
-    step "memcheck-$api" 60 "${cs[@]}" --tool memcheck --leak-check full \
+  for api in session memory_pool device_buffer sim/sim_memory sim/sim_pools; do
+    step "memcheck-${api#sim/}" 60 "${cs[@]}" --tool memcheck --leak-check full \
       --report-api-errors no "$t/${api}_test_gpu"
   done
   # The most launches: last.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The runtime functions whose meaning depends on the default-stream mode. runtime.cpp defines
-// the legacy symbols and runtime_ptds.cpp the per-thread (_ptsz, _ptds) ones, both through these.
+// The runtime functions whose meaning depends on the default-stream mode. memory.cpp, pools.cpp
+// and streams.cpp define the legacy symbols and runtime_ptds.cpp the per-thread (_ptsz, _ptds)
+// ones, both through these.
 #pragma once
 
 #include <cuda_runtime_api.h>

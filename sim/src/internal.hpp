@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cuscope/sim.hpp"
+#include "pool_allocator.hpp"
 
 namespace cuscope::sim::detail {
 
@@ -108,36 +109,18 @@ struct operation {
   work_fn work;  // empty for markers
 };
 
-struct region;      // device memory reserved from a device: a pool chunk or a cudaMalloc block
-struct pool_chunk;  // a region owned by a pool, cut into segments
+struct state;
 
-struct segment {
-  std::size_t size = 0;
-  bool used = false;
-  // For a free segment: the free that returned it, until that free has run.
-  bool free_pending = false;
-  CUstream_st* free_stream = nullptr;
-  std::uint64_t free_seq = 0;
-};
+// Maps pool memory from a device's memory and address range (memory.cpp).
+class device_backing final : public pool_backing {
+ public:
+  device_backing(state& g, int device) noexcept : g_(&g), device_(device) {}
+  bool map(std::size_t bytes, mapped_memory& out) override;
+  void unmap(const mapped_memory& memory) noexcept override;
 
-// A chunk's segments by offset. Its nodes stay put while they exist, so the index and live
-// allocations keep iterators to their segments instead of looking them up.
-using segment_map = std::map<std::size_t, segment>;
-
-// A free segment of a pool, ordered as allocations prefer it among those of equal reuse rank:
-// smallest first, then the oldest chunk, then the lowest offset.
-struct free_entry {
-  std::size_t size = 0;
-  std::uint64_t chunk_serial = 0;
-  std::size_t offset = 0;
-  pool_chunk* chunk = nullptr;
-  segment_map::iterator where{};  // not part of the order
-
-  bool operator<(const free_entry& o) const noexcept {
-    if (size != o.size) return size < o.size;
-    if (chunk_serial != o.chunk_serial) return chunk_serial < o.chunk_serial;
-    return offset < o.offset;
-  }
+ private:
+  state* g_;
+  int device_;
 };
 
 }  // namespace cuscope::sim::detail
@@ -174,45 +157,31 @@ struct CUevent_st {
 };
 
 struct CUmemPoolHandle_st {
+  CUmemPoolHandle_st(cuscope::sim::detail::state& g, int owner, std::size_t granularity,
+                     std::size_t max_bytes)
+      : device(owner), backing(g, owner), allocator(backing, granularity, max_bytes) {}
+  CUmemPoolHandle_st(const CUmemPoolHandle_st&) = delete;
+  CUmemPoolHandle_st& operator=(const CUmemPoolHandle_st&) = delete;
+
   int device = 0;
   bool is_default = false;
   bool destroyed = false;
   std::uint64_t created_by_call = 0;
-  std::size_t max_size = 0;  // 0: bounded by the device only
   std::uint64_t release_threshold = 0;
   bool follow_event_dependencies = true;
-  bool allow_opportunistic = true;
   bool allow_internal_dependencies = true;
-  std::size_t reserved = 0;
-  std::size_t reserved_high = 0;
-  std::size_t used = 0;
-  std::size_t used_high = 0;
-  std::size_t pending_frees = 0;
-  std::vector<std::unique_ptr<cuscope::sim::detail::pool_chunk>> chunks;  // oldest first
-  std::uint64_t next_chunk_serial = 0;
   std::map<int, cudaMemAccessFlags> peer_access;  // granted by cudaMemPoolSetAccess
-  // Every free segment of every chunk, so that an allocation finds its best fit without a scan.
-  std::set<cuscope::sim::detail::free_entry> free_segments;
+  cuscope::sim::detail::device_backing backing;
+  cuscope::sim::detail::pool_allocator allocator;  // after backing, which it uses
 };
 
 namespace cuscope::sim::detail {
 
+// Device memory reserved from a device: a pool chunk or a cudaMalloc block.
 struct region {
   std::uintptr_t va = 0;  // device address
   std::size_t size = 0;   // bytes of device address space
   std::byte* host = nullptr;
-  int device = 0;
-};
-
-struct pool_chunk {
-  region mem;
-  segment_map segments;
-  std::uint64_t serial = 0;  // creation order within its pool
-  std::size_t used_segments = 0;
-  std::size_t pending_frees = 0;  // enqueued frees of its memory that have not run
-  // No two neighbouring segments could merge under this value of the pool's opportunistic reuse
-  // flag (true also implies it for false), so a change needs coalescing only around itself.
-  bool coalesced_opportunistic = true;
 };
 
 enum class alloc_kind { malloc, stream_ordered };
@@ -224,8 +193,7 @@ struct device_allocation {
   int device = 0;
   alloc_kind kind = alloc_kind::malloc;
   CUmemPoolHandle_st* pool = nullptr;
-  pool_chunk* chunk = nullptr;
-  segment_map::iterator where{};  // its segment in chunk, which a used segment never leaves
+  pool_placement place;  // where a stream-ordered allocation lies in its pool
   std::uint64_t stream_id = 0;
   std::uint64_t call = 0;
   const char* api = "";
@@ -246,7 +214,7 @@ struct device_state {
   std::uintptr_t va_base = 0;
   std::size_t va_size = 0;
   std::map<std::size_t, std::size_t> free_ranges;  // offset -> size, in va
-  std::map<std::uintptr_t, region*> regions;       // by va, for address translation
+  std::map<std::uintptr_t, region> regions;        // by va, for address translation
   std::size_t malloc_bytes = 0;
   CUmemPoolHandle_st* default_pool = nullptr;
   CUmemPoolHandle_st* current_pool = nullptr;
@@ -275,7 +243,6 @@ struct state {
   std::unordered_set<const CUmemPoolHandle_st*> pool_handles;
   std::map<std::uintptr_t, device_allocation> device_allocs;
   std::map<std::uintptr_t, host_allocation> host_allocs;
-  std::unordered_map<std::uintptr_t, std::unique_ptr<region>> malloc_regions;  // cudaMalloc
   std::uint64_t next_stream_id = 1;
   std::uint64_t next_ticket = 1;
   std::size_t calls = 0;
@@ -322,19 +289,28 @@ cudaError_t call(const char* api, F&& body) {
   return result;
 }
 
-// Devices and memory.
+// Devices and errors (devices.cpp).
 device_state* find_device(state& g, int device);
+
+inline device_state* current_device(state& g) {
+  return find_device(g, this_thread().device);
+}
+
+// Memory (memory.cpp).
 std::size_t device_free_bytes(const state& g, const device_state& d);
-// Reserves device memory into out, which must stay where it is until release_region.
+// Reserves bytes of device address space with host memory behind it; false when none is left.
 bool reserve_region(device_state& d, std::size_t bytes, region& out);
-void release_region(state& g, region& r);
+// Gives back the region that starts at va.
+void release_region(state& g, int device, std::uintptr_t va);
 std::byte* translate(state& g, std::uintptr_t device_address, std::size_t bytes);
 void poison(std::byte* p, std::size_t bytes);
 const device_allocation* find_allocation_containing(const state& g, std::uintptr_t p,
                                                     std::size_t bytes);
 const host_allocation* find_host_containing(const state& g, std::uintptr_t p, std::size_t bytes);
+// Gives memory from cudaMalloc back to its device.
+void release_malloc(state& g, std::uintptr_t ptr, std::size_t footprint, int device);
 
-// Streams and execution.
+// Streams, events, execution and host functions (streams.cpp).
 CUstream_st* create_stream(state& g, int device, unsigned flags, int priority,
                            CUstream_st::kind_t kind);
 cudaError_t resolve_stream(state& g, cudaStream_t handle, bool per_thread_default,
@@ -346,24 +322,38 @@ void drive_stream(state& g, CUstream_st& s);
 void drive_device(state& g, int device);
 void drive_all(state& g);
 void merge(order_clock& into, const order_clock& from);
+
+// Reuse of freed memory (reuse.cpp).
+// How an allocation on s from pool may reuse memory that the free tagged freed_by returned.
+reuse_rank rank_for(const state& g, const CUmemPoolHandle_st& pool, const CUstream_st& s,
+                    const free_tag& freed_by, bool free_pending);
 // A stream, event or device synchronization has shown the host the work of s up to seq complete,
 // and with it the work of other streams that known orders before it: the frees in that work
 // become reusable by any stream, whatever the pool's reuse policies.
 void observe(state& g, CUstream_st& s, std::uint64_t seq, const order_clock& known);
-void after_synchronize(state& g, int device);  // release thresholds
 
-// Pools.
+// Memory pools (pools.cpp).
 cudaError_t pool_allocate(state& g, CUmemPoolHandle_st& pool, std::size_t bytes, CUstream_st& s,
                           const char* api, void** out);
 // Frees a live stream-ordered allocation on s, or at once when s is null (cudaFree).
 cudaError_t pool_free(state& g, std::map<std::uintptr_t, device_allocation>::iterator allocation,
                       CUstream_st* s);
-// keep_at_least: cudaMemPoolTrimTo, the pool keeps at least bytes reserved.
-// down_to: the release threshold, the pool holds at most bytes where it can.
-enum class trim_mode { keep_at_least, down_to };
-void pool_trim(state& g, CUmemPoolHandle_st& pool, std::size_t bytes, trim_mode mode);
-void pool_release_if_destroyed(state& g, CUmemPoolHandle_st& pool);
+void pool_release_if_destroyed(CUmemPoolHandle_st& pool);
 CUmemPoolHandle_st* create_pool(state& g, int device, std::size_t max_size, bool is_default);
+void after_synchronize(state& g, int device);  // release thresholds
+
+inline bool valid_pool(const state& g, cudaMemPool_t pool) {
+  return pool != nullptr && g.pool_handles.count(pool) != 0 && !pool->destroyed;
+}
+
+inline bool valid_event(const state& g, cudaEvent_t e) {
+  return e != nullptr && g.event_handles.count(e) != 0 && !e->destroyed;
+}
+
+// The sticky error, or success: what a call that did its work returns.
+inline cudaError_t sticky_or_success(const state& g) {
+  return g.sticky;
+}
 
 inline std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;
@@ -371,5 +361,8 @@ inline std::size_t round_up(std::size_t n, std::size_t to) {
 constexpr std::size_t allocation_alignment = 256;
 constexpr std::size_t poison_limit = std::size_t{64} << 20;
 constexpr std::size_t destroyed_events_kept = 4096;
+// Stream priorities, as cudaDeviceGetStreamPriorityRange reports them.
+constexpr int least_priority = 0;
+constexpr int greatest_priority = -5;
 
 }  // namespace cuscope::sim::detail

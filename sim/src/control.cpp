@@ -1,0 +1,429 @@
+// SPDX-License-Identifier: Apache-2.0
+// The simulated process and its control API: start-up, configuration, reset, the bookkeeping of
+// every call (counts, faults, sticky errors) and the reports. docs/simulated-device.md, "The
+// control API".
+#include <link.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <stdexcept>
+
+#include "internal.hpp"
+
+namespace cuscope::sim::detail {
+
+namespace {
+
+constexpr std::size_t page_bytes = 4096;
+
+const char* const simulated_apis[] = {
+    "cudaGetDeviceCount",
+    "cudaGetDevice",
+    "cudaSetDevice",
+    "cudaGetDeviceProperties",
+    "cudaDeviceGetAttribute",
+    "cudaDeviceSynchronize",
+    "cudaDriverGetVersion",
+    "cudaRuntimeGetVersion",
+    "cudaDeviceGetStreamPriorityRange",
+    "cudaDeviceCanAccessPeer",
+    "cudaMalloc",
+    "cudaFree",
+    "cudaMallocHost",
+    "cudaHostAlloc",
+    "cudaFreeHost",
+    "cudaHostRegister",
+    "cudaHostUnregister",
+    "cudaMemGetInfo",
+    "cudaMemcpy",
+    "cudaMemcpyAsync",
+    "cudaMemset",
+    "cudaMemsetAsync",
+    "cudaPointerGetAttributes",
+    "cudaMallocAsync",
+    "cudaMallocFromPoolAsync",
+    "cudaFreeAsync",
+    "cudaMemPoolCreate",
+    "cudaMemPoolDestroy",
+    "cudaMemPoolSetAttribute",
+    "cudaMemPoolGetAttribute",
+    "cudaMemPoolTrimTo",
+    "cudaMemPoolSetAccess",
+    "cudaMemPoolGetAccess",
+    "cudaDeviceGetDefaultMemPool",
+    "cudaDeviceGetMemPool",
+    "cudaDeviceSetMemPool",
+    "cudaStreamCreate",
+    "cudaStreamCreateWithFlags",
+    "cudaStreamCreateWithPriority",
+    "cudaStreamDestroy",
+    "cudaStreamSynchronize",
+    "cudaStreamQuery",
+    "cudaStreamWaitEvent",
+    "cudaStreamGetFlags",
+    "cudaStreamGetPriority",
+    "cudaStreamGetDevice",
+    "cudaLaunchHostFunc",
+    "cudaEventCreate",
+    "cudaEventCreateWithFlags",
+    "cudaEventRecord",
+    "cudaEventRecordWithFlags",
+    "cudaEventSynchronize",
+    "cudaEventQuery",
+    "cudaEventElapsedTime",
+    "cudaEventDestroy",
+};
+
+int find_real_runtime(dl_phdr_info* info, std::size_t, void* found) {
+  if (info->dlpi_name != nullptr && std::strstr(info->dlpi_name, "libcudart") != nullptr) {
+    *static_cast<const char**>(found) = info->dlpi_name;
+    return 1;
+  }
+  return 0;
+}
+
+// A program linked with the simulated device must not also load the real runtime: calls the
+// simulation does not implement would reach the real driver and mix the two devices.
+void check_no_real_runtime() {
+  const char* env = std::getenv("CUSCOPE_SIM_ALLOW_CUDART");
+  if (env != nullptr && std::strcmp(env, "1") == 0) return;
+  const char* found = nullptr;
+  dl_iterate_phdr(find_real_runtime, &found);
+  if (found == nullptr) return;
+  std::fprintf(stderr,
+               "cuscope::sim: this program runs on the simulated CUDA device, but the real CUDA "
+               "runtime (%s) is loaded too.\n"
+               "A program links either cuscope::sim or CUDA::cudart, never both. The usual cause "
+               "is a CUDA function the simulated device does not provide (a kernel launch, for "
+               "instance), which the linker then took from libcudart.\n",
+               found);
+  std::fflush(stderr);
+  std::_Exit(70);
+}
+
+void validate(const device_config& c) {
+  if (c.device_count < 0 || c.device_count > 64)
+    throw std::invalid_argument("cuscope::sim::reset: device_count must be between 0 and 64");
+  const std::size_t g = c.pool_granularity_bytes;
+  if (g < page_bytes || (g & (g - 1)) != 0)
+    throw std::invalid_argument(
+        "cuscope::sim::reset: pool_granularity_bytes must be a power of two of at least 4096");
+  if (c.total_bytes <= c.context_bytes || c.total_bytes < g)
+    throw std::invalid_argument(
+        "cuscope::sim::reset: total_bytes must exceed context_bytes and the pool granularity");
+  if (c.total_bytes > (std::size_t{1} << 44))
+    throw std::invalid_argument("cuscope::sim::reset: total_bytes is limited to 16 TiB");
+}
+
+void build(state& g) {
+  g.calls_by_api.assign(std::size(simulated_apis), 0);
+  g.devices.resize(static_cast<std::size_t>(g.config.device_count));
+  for (int i = 0; i < g.config.device_count; ++i) {
+    device_state& d = g.devices[static_cast<std::size_t>(i)];
+    d.index = i;
+    d.va_size = round_up(g.config.total_bytes * 2, g.config.pool_granularity_bytes);
+    void* va =
+        mmap(nullptr, d.va_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (va == MAP_FAILED) {
+      std::fprintf(stderr, "cuscope::sim: cannot reserve %zu bytes of address space\n", d.va_size);
+      std::abort();
+    }
+    d.va_base = reinterpret_cast<std::uintptr_t>(va);
+    d.free_ranges.emplace(0, d.va_size);
+    d.legacy = create_stream(g, i, 0, 0, CUstream_st::kind_t::legacy);
+    d.default_pool = create_pool(g, i, 0, true);
+    d.current_pool = d.default_pool;
+  }
+}
+
+void teardown(state& g) {
+  for (auto& p : g.pools)
+    p->allocator.release_all();
+  for (device_state& d : g.devices)
+    while (!d.regions.empty())
+      release_region(g, d.index, d.regions.begin()->first);
+  for (auto& [ptr, h] : g.host_allocs)
+    if (!h.registered) std::free(reinterpret_cast<void*>(ptr));
+  for (const CUevent_st* e : g.event_handles)
+    delete e;
+  for (device_state& d : g.devices)
+    munmap(reinterpret_cast<void*>(d.va_base), d.va_size);
+  g.devices.clear();
+  g.streams.clear();
+  g.stream_handles.clear();
+  g.event_handles.clear();
+  g.destroyed_events.clear();
+  g.pools.clear();
+  g.pool_handles.clear();
+  g.device_allocs.clear();
+  g.host_allocs.clear();
+  g.next_stream_id = 1;
+  g.next_ticket = 1;
+  g.calls = 0;
+  g.calls_by_api.clear();
+  g.faults.clear();
+  g.sticky = cudaSuccess;
+}
+
+std::string pointer_text(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+std::string report(const state& g) {
+  std::string out;
+  char line[512];
+  for (const auto& [ptr, a] : g.device_allocs) {
+    std::snprintf(line, sizeof line,
+                  "device allocation %p: %zu bytes on device %d from %s%s%s, stream %" PRIu64
+                  ", call #%" PRIu64 " (%s)\n",
+                  reinterpret_cast<void*>(ptr), a.size, a.device, a.pool ? "pool " : "cudaMalloc",
+                  a.pool ? pointer_text(a.pool).c_str() : "",
+                  a.pool && a.pool->is_default ? " (default pool)" : "", a.stream_id, a.call,
+                  a.api);
+    out += line;
+  }
+  for (const auto& [ptr, h] : g.host_allocs) {
+    std::snprintf(line, sizeof line, "%s %p: %zu bytes, call #%" PRIu64 " (%s)\n",
+                  h.registered ? "registered host memory" : "pinned host allocation",
+                  reinterpret_cast<void*>(ptr), h.size, h.call, h.api);
+    out += line;
+  }
+  for (const auto& s : g.streams) {
+    if (s->kind != CUstream_st::kind_t::created || s->destroyed) continue;
+    std::snprintf(line, sizeof line,
+                  "stream %p (id %" PRIu64 ", device %d) created by call #%" PRIu64
+                  " is not destroyed\n",
+                  static_cast<const void*>(s.get()), s->id, s->device, s->created_by_call);
+    out += line;
+  }
+  std::vector<const CUevent_st*> events(g.event_handles.begin(), g.event_handles.end());
+  std::sort(events.begin(), events.end(), [](const CUevent_st* a, const CUevent_st* b) {
+    return a->created_by_call < b->created_by_call;
+  });
+  for (const CUevent_st* e : events) {
+    if (e->destroyed) continue;
+    std::snprintf(line, sizeof line,
+                  "event %p (device %d) created by call #%" PRIu64 " is not destroyed\n",
+                  static_cast<const void*>(e), e->device, e->created_by_call);
+    out += line;
+  }
+  for (const auto& p : g.pools) {
+    if (p->is_default || p->destroyed) continue;
+    std::snprintf(line, sizeof line,
+                  "memory pool %p (device %d) created by call #%" PRIu64 " is not destroyed\n",
+                  static_cast<const void*>(p.get()), p->device, p->created_by_call);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace
+
+state& global() {
+  static state* const g = [] {
+    check_no_real_runtime();
+    auto* s = new state();  // never destroyed: objects with static lifetime may outlive it
+    build(*s);
+    return s;
+  }();
+  return *g;
+}
+
+thread_state& this_thread() {
+  thread_local thread_state t;
+  const state& g = global();
+  if (t.generation != g.generation) {
+    t = thread_state{};
+    t.generation = g.generation;
+  }
+  return t;
+}
+
+bool& in_host_function() {
+  thread_local bool inside = false;
+  return inside;
+}
+
+std::size_t api_index(const char* name) {
+  for (std::size_t i = 0; i < std::size(simulated_apis); ++i)
+    if (std::strcmp(simulated_apis[i], name) == 0) return i;
+  return any_api;
+}
+
+bool is_simulated_api(const std::string& name) {
+  return api_index(name.c_str()) != any_api;
+}
+
+bool is_sticky(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      break;
+  }
+  // cudaErrorContained, cudaErrorTensorMemoryLeak, cudaErrorMpsClientTerminated and
+  // cudaErrorExternalDevice, by number: not every supported toolkit names them all.
+  const int code = static_cast<int>(e);
+  return code == 226 || code == 721 || code == 810 || code == 911;
+}
+
+cudaError_t record_error(cudaError_t error) {
+  this_thread().last_error = error;
+  return error;
+}
+
+cudaError_t begin_call(state& g, std::size_t api) {
+  ++g.calls;
+  if (api < g.calls_by_api.size()) ++g.calls_by_api[api];
+  if (!g.faults.empty()) {
+    cudaError_t fired = cudaSuccess;
+    for (auto it = g.faults.begin(); it != g.faults.end();) {
+      if (it->api == any_api || it->api == api) {
+        if (--it->countdown == 0) {
+          if (fired == cudaSuccess) fired = it->error;
+          it = g.faults.erase(it);
+          continue;
+        }
+      }
+      ++it;
+    }
+    if (fired != cudaSuccess) {
+      if (is_sticky(fired)) g.sticky = fired;
+      return record_error(fired);
+    }
+  }
+  if (g.sticky != cudaSuccess) return record_error(g.sticky);
+  return cudaSuccess;
+}
+
+}  // namespace cuscope::sim::detail
+
+namespace cuscope::sim {
+
+using namespace detail;
+
+void reset(const device_config& c) {
+  validate(c);
+  state& g = global();
+  std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  drive_all(g);
+  const std::string outstanding = report(g);
+  teardown(g);
+  g.config = c;
+  ++g.generation;
+  build(g);
+  if (!outstanding.empty())
+    throw std::logic_error("cuscope::sim::reset: outstanding at reset:\n" + outstanding);
+}
+
+device_config config() {
+  state& g = global();
+  std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  return g.config;
+}
+
+void fail_call(std::size_t n, cudaError_t error) {
+  if (n == 0) throw std::invalid_argument("cuscope::sim::fail_call: n counts from 1");
+  if (error == cudaSuccess)
+    throw std::invalid_argument("cuscope::sim::fail_call: cudaSuccess is not a fault");
+  state& g = global();
+  std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  g.faults.push_back({any_api, n, error});
+}
+
+void fail_api(const char* api, std::size_t nth, cudaError_t error) {
+  if (api == nullptr || !is_simulated_api(api))
+    throw std::invalid_argument(std::string("cuscope::sim::fail_api: '") + (api ? api : "") +
+                                "' is not a function of the simulated runtime");
+  if (nth == 0) throw std::invalid_argument("cuscope::sim::fail_api: nth counts from 1");
+  if (error == cudaSuccess)
+    throw std::invalid_argument("cuscope::sim::fail_api: cudaSuccess is not a fault");
+  state& g = global();
+  std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  g.faults.push_back({api_index(api), nth, error});
+}
+
+void clear_faults() {
+  state& g = global();
+  std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  g.faults.clear();
+}
+
+std::size_t call_count() {
+  state& g = global();
+  std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  return g.calls;
+}
+
+std::size_t call_count(const char* api) {
+  if (api == nullptr || !is_simulated_api(api))
+    throw std::invalid_argument(std::string("cuscope::sim::call_count: '") + (api ? api : "") +
+                                "' is not a function of the simulated runtime");
+  state& g = global();
+  std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  return g.calls_by_api[api_index(api)];
+}
+
+std::size_t outstanding_allocations() {
+  state& g = global();
+  std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  return g.device_allocs.size() + g.host_allocs.size();
+}
+
+std::size_t outstanding_bytes() {
+  state& g = global();
+  std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  std::size_t bytes = 0;
+  for (const auto& [p, a] : g.device_allocs)
+    bytes += a.size;
+  for (const auto& [p, h] : g.host_allocs)
+    bytes += h.size;
+  return bytes;
+}
+
+std::string outstanding_report() {
+  state& g = global();
+  std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  return report(g);
+}
+
+void* host_view(const void* device_ptr, std::size_t bytes) {
+  state& g = global();
+  std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  std::byte* p = translate(g, reinterpret_cast<std::uintptr_t>(device_ptr), bytes);
+  if (p == nullptr) {
+    char msg[160];
+    std::snprintf(msg, sizeof msg,
+                  "cuscope::sim::host_view: %p (%zu bytes) is not inside simulated device memory",
+                  device_ptr, bytes);
+    throw std::out_of_range(msg);
+  }
+  return p;
+}
+
+std::size_t pending_operations() {
+  state& g = global();
+  std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  std::size_t n = 0;
+  for (const auto& s : g.streams)
+    n += s->pending.size();
+  return n;
+}
+
+}  // namespace cuscope::sim

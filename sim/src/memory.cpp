@@ -1,0 +1,457 @@
+// SPDX-License-Identifier: Apache-2.0
+// Memory: the device address space and the memory behind it, cudaMalloc, host memory, copies,
+// memsets, cudaMemGetInfo and pointer attributes. docs/simulated-device.md, "Memory".
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "api.hpp"
+#include "internal.hpp"
+
+namespace cuscope::sim::detail {
+
+namespace {
+
+constexpr std::size_t page_bytes = 4096;
+
+}  // namespace
+
+std::size_t device_free_bytes(const state& g, const device_state& d) {
+  std::size_t held = g.config.context_bytes + d.malloc_bytes;
+  for (const auto& p : g.pools)
+    if (p->device == d.index) held += p->allocator.reserved();
+  return held >= g.config.total_bytes ? 0 : g.config.total_bytes - held;
+}
+
+bool reserve_region(device_state& d, std::size_t bytes, region& out) {
+  const std::size_t size = round_up(bytes, page_bytes);
+  auto it = std::find_if(d.free_ranges.begin(), d.free_ranges.end(),
+                         [&](const auto& r) { return r.second >= size; });
+  if (it == d.free_ranges.end()) return false;
+  void* host = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (host == MAP_FAILED) return false;
+  const std::size_t offset = it->first;
+  const std::size_t left = it->second - size;
+  d.free_ranges.erase(it);
+  if (left > 0) d.free_ranges.emplace(offset + size, left);
+  out.va = d.va_base + offset;
+  out.size = size;
+  out.host = static_cast<std::byte*>(host);
+  d.regions.emplace(out.va, out);
+  return true;
+}
+
+void release_region(state& g, int device, std::uintptr_t va) {
+  device_state& d = g.devices[static_cast<std::size_t>(device)];
+  const auto r = d.regions.find(va);
+  if (r == d.regions.end()) return;
+  munmap(r->second.host, r->second.size);
+  std::size_t offset = va - d.va_base;
+  std::size_t size = r->second.size;
+  d.regions.erase(r);
+  auto next = d.free_ranges.lower_bound(offset);
+  if (next != d.free_ranges.end() && next->first == offset + size) {
+    size += next->second;
+    next = d.free_ranges.erase(next);
+  }
+  if (next != d.free_ranges.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == offset) {
+      offset = prev->first;
+      size += prev->second;
+      d.free_ranges.erase(prev);
+    }
+  }
+  d.free_ranges.emplace(offset, size);
+}
+
+bool device_backing::map(std::size_t bytes, mapped_memory& out) {
+  device_state& d = g_->devices[static_cast<std::size_t>(device_)];
+  if (device_free_bytes(*g_, d) < bytes) return false;
+  region r;
+  if (!reserve_region(d, bytes, r)) return false;
+  out = mapped_memory{r.va, r.size, r.host};
+  return true;
+}
+
+void device_backing::unmap(const mapped_memory& memory) noexcept {
+  release_region(*g_, device_, memory.va);
+}
+
+std::byte* translate(state& g, std::uintptr_t address, std::size_t bytes) {
+  for (device_state& d : g.devices) {
+    if (address < d.va_base || address >= d.va_base + d.va_size) continue;
+    auto it = d.regions.upper_bound(address);
+    if (it == d.regions.begin()) return nullptr;
+    const region& r = std::prev(it)->second;
+    if (address + bytes > r.va + r.size || address + bytes < address) return nullptr;
+    return r.host + (address - r.va);
+  }
+  return nullptr;
+}
+
+void poison(std::byte* p, std::size_t bytes) {
+  if (p != nullptr) std::memset(p, poison_byte, bytes);
+}
+
+const device_allocation* find_allocation_containing(const state& g, std::uintptr_t p,
+                                                    std::size_t bytes) {
+  auto it = g.device_allocs.upper_bound(p);
+  if (it == g.device_allocs.begin()) return nullptr;
+  const device_allocation& a = std::prev(it)->second;
+  if (p + bytes < p || p + bytes > a.ptr + a.size) return nullptr;
+  return &a;
+}
+
+const host_allocation* find_host_containing(const state& g, std::uintptr_t p, std::size_t bytes) {
+  auto it = g.host_allocs.upper_bound(p);
+  if (it == g.host_allocs.begin()) return nullptr;
+  const host_allocation& h = std::prev(it)->second;
+  if (p + bytes < p || p + bytes > h.ptr + h.size) return nullptr;
+  return &h;
+}
+
+void release_malloc(state& g, std::uintptr_t ptr, std::size_t footprint, int device) {
+  g.devices[static_cast<std::size_t>(device)].malloc_bytes -= footprint;
+  release_region(g, device, ptr);
+}
+
+namespace {
+
+enum class memory { device, pinned, pageable, invalid };
+
+memory classify(const state& g, const void* p, std::size_t bytes) {
+  if (p == nullptr) return memory::invalid;
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  for (const device_state& d : g.devices) {
+    if (address >= d.va_base && address < d.va_base + d.va_size)
+      return find_allocation_containing(g, address, bytes) != nullptr ? memory::device
+                                                                      : memory::invalid;
+  }
+  return find_host_containing(g, address, bytes) != nullptr ? memory::pinned : memory::pageable;
+}
+
+bool is_host(memory m) {
+  return m == memory::pinned || m == memory::pageable;
+}
+
+// Copies device memory at run time: the allocation may be gone by then (a misordered free), which
+// a GPU reports as an illegal address.
+std::byte* device_bytes(state& g, std::uintptr_t address, std::size_t bytes) {
+  std::byte* p = translate(g, address, bytes);
+  if (p == nullptr) g.sticky = cudaErrorIllegalAddress;
+  return p;
+}
+
+cudaError_t allocate_pinned(state& g, void** ptr, std::size_t bytes, unsigned flags,
+                            const char* api_name) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  const unsigned known = cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined;
+  if ((flags & ~known) != 0) return cudaErrorInvalidValue;
+  if (bytes == 0) {
+    *ptr = nullptr;
+    return cudaSuccess;
+  }
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, bytes) != 0) return cudaErrorMemoryAllocation;
+  poison(static_cast<std::byte*>(p), std::min(bytes, poison_limit));
+  host_allocation h;
+  h.ptr = reinterpret_cast<std::uintptr_t>(p);
+  h.size = bytes;
+  h.flags = flags;
+  h.call = g.calls;
+  h.device = this_thread().device;
+  h.api = api_name;
+  g.host_allocs.emplace(h.ptr, h);
+  *ptr = p;
+  return cudaSuccess;
+}
+
+}  // namespace
+
+namespace api {
+
+namespace {
+
+// A copy in stream order. The synchronous form returns once the copy has run, except from device
+// to device; the asynchronous form blocks only where the driver must (into pageable memory).
+cudaError_t copy(state& g, void* dst, const void* src, std::size_t count, cudaMemcpyKind kind,
+                 cudaStream_t stream, bool ptds, bool synchronous_call) {
+  CUstream_st* s = nullptr;
+  if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
+  if (count == 0) return cudaSuccess;
+  const memory to = classify(g, dst, count);
+  const memory from = classify(g, src, count);
+  if (to == memory::invalid || from == memory::invalid) return cudaErrorInvalidValue;
+  switch (kind) {
+    case cudaMemcpyHostToHost:
+      if (!is_host(to) || !is_host(from)) return cudaErrorInvalidValue;
+      break;
+    case cudaMemcpyHostToDevice:
+      if (to != memory::device || !is_host(from)) return cudaErrorInvalidValue;
+      break;
+    case cudaMemcpyDeviceToHost:
+      if (!is_host(to) || from != memory::device) return cudaErrorInvalidValue;
+      break;
+    case cudaMemcpyDeviceToDevice:
+      if (to != memory::device || from != memory::device) return cudaErrorInvalidValue;
+      break;
+    case cudaMemcpyDefault:
+      break;
+    default:
+      return cudaErrorInvalidMemcpyDirection;
+  }
+  const auto d_addr = reinterpret_cast<std::uintptr_t>(dst);
+  const auto s_addr = reinterpret_cast<std::uintptr_t>(src);
+  bool wait = synchronous_call;
+  work_fn work;
+  if (from == memory::pageable && to == memory::device) {
+    // Pageable sources are staged when the call is made, as the driver does.
+    auto staged = std::make_shared<std::vector<std::byte>>(
+        static_cast<const std::byte*>(src), static_cast<const std::byte*>(src) + count);
+    work = [&g, d_addr, staged] {
+      if (std::byte* p = device_bytes(g, d_addr, staged->size()))
+        std::memcpy(p, staged->data(), staged->size());
+    };
+  } else if (to == memory::device && from == memory::device) {
+    wait = false;
+    work = [&g, d_addr, s_addr, count] {
+      std::byte* p = device_bytes(g, d_addr, count);
+      const std::byte* q = device_bytes(g, s_addr, count);
+      if (p != nullptr && q != nullptr) std::memmove(p, q, count);
+    };
+  } else if (to == memory::device) {
+    work = [&g, d_addr, src, count] {
+      if (std::byte* p = device_bytes(g, d_addr, count)) std::memcpy(p, src, count);
+    };
+  } else if (from == memory::device) {
+    wait = wait || to == memory::pageable;
+    work = [&g, dst, s_addr, count] {
+      if (const std::byte* q = device_bytes(g, s_addr, count)) std::memcpy(dst, q, count);
+    };
+  } else {
+    wait = true;
+    work = [dst, src, count] { std::memmove(dst, src, count); };
+  }
+  const std::uint64_t seq = enqueue(g, *s, std::move(work));
+  if (wait) drive_to(g, *s, seq);
+  return sticky_or_success(g);
+}
+
+// cudaMemset is asynchronous except on pinned host memory; cudaMemsetAsync always is.
+cudaError_t fill(state& g, void* dst, int value, std::size_t count, cudaStream_t stream, bool ptds,
+                 bool synchronous_call) {
+  CUstream_st* s = nullptr;
+  if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
+  if (count == 0) return cudaSuccess;
+  const memory to = classify(g, dst, count);
+  if (to == memory::device) {
+    const auto address = reinterpret_cast<std::uintptr_t>(dst);
+    enqueue(g, *s, [&g, address, value, count] {
+      if (std::byte* p = device_bytes(g, address, count)) std::memset(p, value, count);
+    });
+    return cudaSuccess;
+  }
+  if (to != memory::pinned) return cudaErrorInvalidValue;
+  const std::uint64_t seq = enqueue(g, *s, [dst, value, count] { std::memset(dst, value, count); });
+  if (synchronous_call) drive_to(g, *s, seq);
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t memcpy(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind, bool ptds) {
+  return call("cudaMemcpy",
+              [&](state& g) { return copy(g, dst, src, count, kind, nullptr, ptds, true); });
+}
+
+cudaError_t memcpy_async(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind,
+                         cudaStream_t stream, bool ptds) {
+  return call("cudaMemcpyAsync",
+              [&](state& g) { return copy(g, dst, src, count, kind, stream, ptds, false); });
+}
+
+cudaError_t memset(void* dst, int value, std::size_t count, bool ptds) {
+  return call("cudaMemset",
+              [&](state& g) { return fill(g, dst, value, count, nullptr, ptds, true); });
+}
+
+cudaError_t memset_async(void* dst, int value, std::size_t count, cudaStream_t stream, bool ptds) {
+  return call("cudaMemsetAsync",
+              [&](state& g) { return fill(g, dst, value, count, stream, ptds, false); });
+}
+
+}  // namespace api
+}  // namespace cuscope::sim::detail
+
+using namespace cuscope::sim::detail;
+
+extern "C" {
+
+// Memory -----------------------------------------------------------------------------------------
+
+cudaError_t CUDARTAPI cudaMalloc(void** ptr, size_t bytes) {
+  return call("cudaMalloc", [&](state& g) -> cudaError_t {
+    if (ptr == nullptr) return cudaErrorInvalidValue;
+    device_state* d = current_device(g);
+    if (d == nullptr) return cudaErrorNoDevice;
+    if (bytes == 0) {
+      *ptr = nullptr;
+      return cudaSuccess;
+    }
+    if (bytes > std::numeric_limits<std::size_t>::max() / 2) return cudaErrorMemoryAllocation;
+    const std::size_t footprint = round_up(bytes, allocation_alignment);
+    if (device_free_bytes(g, *d) < footprint) return cudaErrorMemoryAllocation;
+    region r;
+    if (!reserve_region(*d, bytes, r)) return cudaErrorMemoryAllocation;
+    poison(r.host, std::min(bytes, poison_limit));
+    d->malloc_bytes += footprint;
+    device_allocation a;
+    a.ptr = r.va;
+    a.size = bytes;
+    a.footprint = footprint;
+    a.device = d->index;
+    a.kind = alloc_kind::malloc;
+    a.call = g.calls;
+    a.api = "cudaMalloc";
+    g.device_allocs.emplace(a.ptr, a);
+    *ptr = reinterpret_cast<void*>(r.va);
+    return cudaSuccess;
+  });
+}
+
+cudaError_t CUDARTAPI cudaFree(void* ptr) {
+  return call("cudaFree", [&](state& g) -> cudaError_t {
+    if (ptr == nullptr) return cudaSuccess;
+    const auto it = g.device_allocs.find(reinterpret_cast<std::uintptr_t>(ptr));
+    if (it == g.device_allocs.end()) return cudaErrorInvalidValue;
+    // cudaFree synchronizes with the device before it frees.
+    drive_device(g, it->second.device);
+    if (it->second.kind == alloc_kind::stream_ordered) return pool_free(g, it, nullptr);
+    release_malloc(g, it->second.ptr, it->second.footprint, it->second.device);
+    g.device_allocs.erase(it);
+    return cudaSuccess;
+  });
+}
+
+cudaError_t CUDARTAPI cudaHostAlloc(void** ptr, size_t bytes, unsigned int flags) {
+  return call("cudaHostAlloc",
+              [&](state& g) { return allocate_pinned(g, ptr, bytes, flags, "cudaHostAlloc"); });
+}
+
+cudaError_t CUDARTAPI cudaMallocHost(void** ptr, size_t bytes) {
+  return call("cudaMallocHost",
+              [&](state& g) { return allocate_pinned(g, ptr, bytes, 0, "cudaMallocHost"); });
+}
+
+cudaError_t CUDARTAPI cudaFreeHost(void* ptr) {
+  return call("cudaFreeHost", [&](state& g) -> cudaError_t {
+    if (ptr == nullptr) return cudaSuccess;
+    const auto it = g.host_allocs.find(reinterpret_cast<std::uintptr_t>(ptr));
+    if (it == g.host_allocs.end() || it->second.registered) return cudaErrorInvalidValue;
+    // Freeing page-locked memory synchronizes with the devices first.
+    drive_all(g);
+    g.host_allocs.erase(it);
+    std::free(ptr);
+    return cudaSuccess;
+  });
+}
+
+cudaError_t CUDARTAPI cudaHostRegister(void* ptr, size_t bytes, unsigned int flags) {
+  return call("cudaHostRegister", [&](state& g) -> cudaError_t {
+    if (ptr == nullptr || bytes == 0) return cudaErrorInvalidValue;
+    const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+    for (const device_state& d : g.devices)
+      if (p < d.va_base + d.va_size && p + bytes > d.va_base) return cudaErrorInvalidValue;
+    const auto next = g.host_allocs.lower_bound(p);
+    if (next != g.host_allocs.end() && next->first < p + bytes)
+      return cudaErrorHostMemoryAlreadyRegistered;
+    if (next != g.host_allocs.begin()) {
+      const host_allocation& prev = std::prev(next)->second;
+      if (prev.ptr + prev.size > p) return cudaErrorHostMemoryAlreadyRegistered;
+    }
+    host_allocation h;
+    h.ptr = p;
+    h.size = bytes;
+    h.flags = flags;
+    h.registered = true;
+    h.call = g.calls;
+    h.device = this_thread().device;
+    h.api = "cudaHostRegister";
+    g.host_allocs.emplace(p, h);
+    return cudaSuccess;
+  });
+}
+
+cudaError_t CUDARTAPI cudaHostUnregister(void* ptr) {
+  return call("cudaHostUnregister", [&](state& g) -> cudaError_t {
+    const auto it = g.host_allocs.find(reinterpret_cast<std::uintptr_t>(ptr));
+    if (it == g.host_allocs.end() || !it->second.registered)
+      return cudaErrorHostMemoryNotRegistered;
+    g.host_allocs.erase(it);
+    return cudaSuccess;
+  });
+}
+
+cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  return call("cudaMemGetInfo", [&](state& g) -> cudaError_t {
+    if (free_bytes == nullptr || total_bytes == nullptr) return cudaErrorInvalidValue;
+    device_state* d = current_device(g);
+    if (d == nullptr) return cudaErrorNoDevice;
+    *free_bytes = device_free_bytes(g, *d);
+    *total_bytes = g.config.total_bytes;
+    return cudaSuccess;
+  });
+}
+
+cudaError_t CUDARTAPI cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
+  return call("cudaPointerGetAttributes", [&](state& g) -> cudaError_t {
+    if (attributes == nullptr) return cudaErrorInvalidValue;
+    std::memset(attributes, 0, sizeof *attributes);
+    const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+    for (const device_state& d : g.devices) {
+      if (p < d.va_base || p >= d.va_base + d.va_size) continue;
+      if (translate(g, p, 1) == nullptr) break;
+      attributes->type = cudaMemoryTypeDevice;
+      attributes->device = d.index;
+      attributes->devicePointer = const_cast<void*>(ptr);
+      return cudaSuccess;
+    }
+    if (const host_allocation* h = find_host_containing(g, p, 1)) {
+      attributes->type = cudaMemoryTypeHost;
+      attributes->device = h->device;
+      attributes->devicePointer = const_cast<void*>(ptr);
+      attributes->hostPointer = const_cast<void*>(ptr);
+      return cudaSuccess;
+    }
+    attributes->type = cudaMemoryTypeUnregistered;
+    attributes->device = -2;
+    return cudaSuccess;
+  });
+}
+
+cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  return api::memcpy(dst, src, count, kind, false);
+}
+
+cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                                      cudaStream_t stream) {
+  return api::memcpy_async(dst, src, count, kind, stream, false);
+}
+
+cudaError_t CUDARTAPI cudaMemset(void* dst, int value, size_t count) {
+  return api::memset(dst, value, count, false);
+}
+
+cudaError_t CUDARTAPI cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t stream) {
+  return api::memset_async(dst, value, count, stream, false);
+}
+
+}  // extern "C"

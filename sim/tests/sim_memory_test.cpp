@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: Apache-2.0
+// The documented CUDA rules the simulated device follows for memory, one test case per rule
+// (docs/simulated-device.md). Rules that hold on any CUDA device also run against the real
+// runtime; the simulation's own controls are tested in the simulated build only.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "sim_test_support.hpp"
+
+using namespace cuscope::sim_test;
+
+TEST_CASE("sim: cudaMemGetInfo counts cudaMalloc memory as used", "[sim]") {
+  device_guard device;
+  const std::size_t before = free_bytes();
+  void* p = nullptr;
+  REQUIRE(cudaMalloc(&p, 64 * MiB) == cudaSuccess);
+  CHECK(before - free_bytes() >= 64 * MiB);
+  REQUIRE(cudaFree(p) == cudaSuccess);
+  CUSCOPE_CHECK_DRIVER_FREE(free_bytes(), before);
+}
+
+TEST_CASE("sim: asking for more than is free fails with cudaErrorMemoryAllocation", "[sim]") {
+  device_guard device;
+  std::size_t free = 0;
+  std::size_t total = 0;
+  REQUIRE(cudaMemGetInfo(&free, &total) == cudaSuccess);
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, total + MiB) == cudaErrorMemoryAllocation);
+  CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+  cudaStream_t s = make_stream();
+  CHECK(cudaMallocAsync(&p, total + MiB, s) == cudaErrorMemoryAllocation);
+  CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CUSCOPE_CHECK_DRIVER_FREE(free_bytes(), free);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: freeing a pointer twice or one never allocated is cudaErrorInvalidValue", "[sim]") {
+  device_guard device;
+  int host = 0;
+  CHECK(cudaFree(&host) == cudaErrorInvalidValue);
+  void* p = nullptr;
+  REQUIRE(cudaMalloc(&p, 256) == cudaSuccess);
+  REQUIRE(cudaFree(p) == cudaSuccess);
+  CHECK(cudaFree(p) == cudaErrorInvalidValue);
+  cudaStream_t s = make_stream();
+  REQUIRE(cudaMallocAsync(&p, 256, s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
+  CHECK(cudaFreeAsync(p, s) == cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: memory from cudaMalloc can be freed in stream order with cudaFreeAsync", "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  const std::size_t before = free_bytes();
+  void* p = nullptr;
+  REQUIRE(cudaMalloc(&p, 16 * MiB) == cudaSuccess);
+  REQUIRE(cudaMemsetAsync(p, 0, 16 * MiB, s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
+#if CUSCOPE_TEST_SIMULATED
+  // The allocation is gone at once; the device has its memory back when the free has run.
+  CHECK(cuscope::sim::outstanding_allocations() == 0);
+  CHECK(before - free_bytes() >= 16 * MiB);
+#endif
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CUSCOPE_CHECK_DRIVER_FREE(free_bytes(), before);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: data copied to the device and back is unchanged", "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  std::vector<int> in(1000);
+  for (std::size_t i = 0; i < in.size(); ++i)
+    in[i] = static_cast<int>(i * 7 + 1);
+  std::vector<int> out(in.size(), 0);
+  void* a = nullptr;
+  void* b = nullptr;
+  const std::size_t bytes = in.size() * sizeof(int);
+  REQUIRE(cudaMallocAsync(&a, bytes, s) == cudaSuccess);
+  REQUIRE(cudaMallocAsync(&b, bytes, s) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(a, in.data(), bytes, cudaMemcpyHostToDevice, s) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(out.data(), b, bytes, cudaMemcpyDefault, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(out == in);
+  REQUIRE(cudaMemsetAsync(b, 0, bytes, s) == cudaSuccess);
+  // s does not block: the legacy default stream that cudaMemcpy uses does not wait for it.
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaMemcpy(out.data(), b, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(out == std::vector<int>(in.size(), 0));
+  REQUIRE(cudaFreeAsync(a, s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(b, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: pointer attributes tell device, pinned host and unregistered memory apart",
+          "[sim]") {
+  device_guard device;
+  void* d = nullptr;
+  void* h = nullptr;
+  int plain = 0;
+  REQUIRE(cudaMalloc(&d, 256) == cudaSuccess);
+  REQUIRE(cudaMallocHost(&h, 256) == cudaSuccess);
+  cudaPointerAttributes a{};
+  REQUIRE(cudaPointerGetAttributes(&a, d) == cudaSuccess);
+  CHECK(a.type == cudaMemoryTypeDevice);
+  CHECK(a.device == 0);
+  REQUIRE(cudaPointerGetAttributes(&a, h) == cudaSuccess);
+  CHECK(a.type == cudaMemoryTypeHost);
+  REQUIRE(cudaPointerGetAttributes(&a, &plain) == cudaSuccess);
+  CHECK(a.type == cudaMemoryTypeUnregistered);
+  REQUIRE(cudaFreeHost(h) == cudaSuccess);
+  REQUIRE(cudaFree(d) == cudaSuccess);
+}
+
+TEST_CASE("sim: pointer attributes of pinned memory name the device current at its allocation",
+          "[sim]") {
+  device_guard device({2});
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  void* h = nullptr;
+  REQUIRE(cudaMallocHost(&h, 64) == cudaSuccess);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  cudaPointerAttributes a{};
+  REQUIRE(cudaPointerGetAttributes(&a, h) == cudaSuccess);
+  CHECK(a.type == cudaMemoryTypeHost);
+  CHECK(a.device == 1);
+  REQUIRE(cudaFreeHost(h) == cudaSuccess);
+}
+
+#if CUSCOPE_TEST_SIMULATED
+
+TEST_CASE("sim: a copy from pageable memory reads the source before the call returns", "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  void* d = nullptr;
+  REQUIRE(cudaMallocAsync(&d, sizeof(int), s) == cudaSuccess);
+  int value = 42;
+  REQUIRE(cudaMemcpyAsync(d, &value, sizeof value, cudaMemcpyHostToDevice, s) == cudaSuccess);
+  value = 7;
+  int out = 0;
+  REQUIRE(cudaMemcpyAsync(&out, d, sizeof out, cudaMemcpyDeviceToHost, s) == cudaSuccess);
+  // A copy into pageable memory has completed when it returns.
+  CHECK(out == 42);
+  REQUIRE(cudaFreeAsync(d, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: cudaMemset of pinned host memory has run when it returns, cudaMemsetAsync not",
+          "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  unsigned char* h = nullptr;
+  REQUIRE(cudaMallocHost(reinterpret_cast<void**>(&h), 16) == cudaSuccess);
+  REQUIRE(cudaMemset(h, 1, 16) == cudaSuccess);
+  CHECK(h[15] == 1);
+  REQUIRE(cudaMemsetAsync(h, 2, 16, s) == cudaSuccess);
+  CHECK(h[15] == 1);  // deferred execution: waits for the synchronization
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(h[15] == 2);
+  REQUIRE(cudaFreeHost(h) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: a copy outside a live allocation or in the wrong direction is refused", "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  void* d = nullptr;
+  REQUIRE(cudaMallocAsync(&d, 256, s) == cudaSuccess);
+  std::vector<char> host(512);
+  CHECK(cudaMemcpyAsync(d, host.data(), 512, cudaMemcpyHostToDevice, s) == cudaErrorInvalidValue);
+  CHECK(cudaMemcpyAsync(d, host.data(), 256, cudaMemcpyDeviceToHost, s) == cudaErrorInvalidValue);
+  CHECK(cudaMemcpyAsync(d, host.data(), 16, static_cast<cudaMemcpyKind>(7), s) ==
+        cudaErrorInvalidMemcpyDirection);
+  REQUIRE(cudaFreeAsync(d, s) == cudaSuccess);
+  CHECK(cudaMemcpyAsync(host.data(), d, 16, cudaMemcpyDeviceToHost, s) == cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: device memory is not the host's and is poisoned when allocated and when freed",
+          "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  unsigned char* d = nullptr;
+  REQUIRE(cudaMallocAsync(reinterpret_cast<void**>(&d), 64, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  unsigned char* view = cuscope::sim::host_view(d, 64);
+  CHECK(static_cast<void*>(view) != static_cast<void*>(d));
+  CHECK(view[0] == cuscope::sim::poison_byte);
+  REQUIRE(cudaMemsetAsync(d, 0, 64, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(view[63] == 0);
+  REQUIRE(cudaFreeAsync(d, s) == cudaSuccess);
+  CHECK(view[63] == 0);  // the free has not run yet
+  REQUIRE(cudaStreamQuery(s) == cudaSuccess);
+  CHECK(view[63] == cuscope::sim::poison_byte);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  CHECK_THROWS_AS(cuscope::sim::host_view(reinterpret_cast<int*>(std::uintptr_t{16}), 1),
+                  std::out_of_range);
+}
+
+#endif

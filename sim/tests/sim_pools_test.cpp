@@ -1,0 +1,434 @@
+// SPDX-License-Identifier: Apache-2.0
+// The documented CUDA rules the simulated device follows for memory pools and the reuse of freed
+// memory, one test case per rule (docs/simulated-device.md). Rules that hold on any CUDA device
+// also run against the real runtime; the simulation's own controls are tested in the simulated
+// build only.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "sim_test_support.hpp"
+
+using namespace cuscope::sim_test;
+
+TEST_CASE("sim: the default pool's release threshold is 0, so a synchronization empties it",
+          "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = nullptr;
+  REQUIRE(cudaDeviceGetDefaultMemPool(&pool, 0) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReleaseThreshold) == 0);
+  cudaStream_t s = make_stream();
+  void* p = nullptr;
+  REQUIRE(cudaMallocAsync(&p, 8 * MiB, s) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) >= 8 * MiB);
+  REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 0);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: used bytes are the live allocations and drop when the free is enqueued", "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = make_pool();
+  cudaStream_t s = make_stream();
+  void* a = nullptr;
+  void* b = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&a, 1 * MiB, pool, s) == cudaSuccess);
+  REQUIRE(cudaMallocFromPoolAsync(&b, 3 * MiB, pool, s) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrUsedMemCurrent) == 4 * MiB);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) >= 4 * MiB);
+  REQUIRE(cudaFreeAsync(a, s) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrUsedMemCurrent) == 3 * MiB);
+  CHECK(pool_attr(pool, cudaMemPoolAttrUsedMemHigh) == 4 * MiB);
+  REQUIRE(cudaFreeAsync(b, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrUsedMemCurrent) == 0);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+TEST_CASE("sim: high watermarks can only be reset to zero, which sets them to the current value",
+          "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = make_pool();
+  set_threshold(pool, std::numeric_limits<std::uint64_t>::max());
+  cudaStream_t s = make_stream();
+  void* a = nullptr;
+  void* b = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&a, 2 * MiB, pool, s) == cudaSuccess);
+  REQUIRE(cudaMallocFromPoolAsync(&b, 2 * MiB, pool, s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(b, s) == cudaSuccess);
+  std::uint64_t value = 5;
+  CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &value) == cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  CHECK(pool_attr(pool, cudaMemPoolAttrUsedMemHigh) == 4 * MiB);
+  value = 0;
+  REQUIRE(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &value) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrUsedMemHigh) == 2 * MiB);
+  REQUIRE(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &value) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemHigh) ==
+        pool_attr(pool, cudaMemPoolAttrReservedMemCurrent));
+  CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &value) ==
+        cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  REQUIRE(cudaFreeAsync(a, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+TEST_CASE(
+    "sim: memory above the release threshold goes back at stream, event and device "
+    "synchronization",
+    "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = make_pool();
+  set_threshold(pool, 4 * MiB);
+  cudaStream_t s = make_stream();
+  cudaEvent_t e = nullptr;
+  REQUIRE(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess);
+  const auto fill_and_free = [&] {
+    void* p = nullptr;
+    REQUIRE(cudaMallocFromPoolAsync(&p, 32 * MiB, pool, s) == cudaSuccess);
+    REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
+    REQUIRE(cudaEventRecord(e, s) == cudaSuccess);
+  };
+  SECTION("stream") {
+    fill_and_free();
+    REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  }
+  SECTION("event") {
+    fill_and_free();
+    REQUIRE(cudaEventSynchronize(e) == cudaSuccess);
+  }
+  SECTION("device") {
+    fill_and_free();
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  }
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) <= 4 * MiB);
+  REQUIRE(cudaEventDestroy(e) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+TEST_CASE("sim: memory within the release threshold stays reserved across synchronization",
+          "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = make_pool();
+  set_threshold(pool, 64 * MiB);
+  cudaStream_t s = make_stream();
+  void* p = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&p, 32 * MiB, pool, s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) >= 32 * MiB);
+  REQUIRE(cudaMemPoolTrimTo(pool, 0) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 0);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+TEST_CASE("sim: cudaMemPoolTrimTo keeps at least the bytes asked for", "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = make_pool();
+  set_threshold(pool, std::numeric_limits<std::uint64_t>::max());
+  cudaStream_t s = make_stream();
+  std::vector<void*> blocks(4);
+  for (void*& p : blocks)
+    REQUIRE(cudaMallocFromPoolAsync(&p, 16 * MiB, pool, s) == cudaSuccess);
+  for (void* p : blocks)
+    REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  const std::uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
+  REQUIRE(reserved >= 64 * MiB);
+  REQUIRE(cudaMemPoolTrimTo(pool, 20 * MiB) == cudaSuccess);
+  const std::uint64_t kept = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
+  CHECK(kept >= 20 * MiB);
+  CHECK(kept <= reserved);
+  // Whether some of the reserve can go without going under 20 MiB depends on the size of the
+  // pool's chunks, which CUDA leaves to the driver ("may happen at different granularity").
+  if (cuscope::test::simulated) CHECK(kept < reserved);
+  REQUIRE(cudaMemPoolTrimTo(pool, 0) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 0);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+TEST_CASE("sim: cudaMemPoolTrimTo never releases memory behind a live allocation", "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = make_pool();
+  cudaStream_t s = make_stream();
+  void* p = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&p, 8 * MiB, pool, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolTrimTo(pool, 0) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) >= 8 * MiB);
+  REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolTrimTo(pool, 0) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 0);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+#if CUSCOPE_TEST_SIMULATED
+
+TEST_CASE("sim: cudaMemPoolTrimTo cannot release memory whose free has not run", "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = make_pool();
+  cudaStream_t s = make_stream();
+  void* p = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&p, 256 * MiB, pool, s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
+  REQUIRE(cudaMemPoolTrimTo(pool, 0) == cudaSuccess);  // before the synchronization
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 256 * MiB);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolTrimTo(pool, 0) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 0);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+TEST_CASE("sim: a pool keeps memory that a free still to run refers to, even after its reuse",
+          "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = make_pool();  // release threshold 0: every synchronization trims
+  cudaStream_t a = make_stream();
+  cudaStream_t b = make_stream();
+  void* p = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&p, 2 * MiB, pool, a) == cudaSuccess);  // a whole chunk
+  REQUIRE(cudaFreeAsync(p, a) == cudaSuccess);
+  void* q = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, a) == cudaSuccess);
+  REQUIRE(q == p);
+  // Freed again on b, which does not wait for a: the first free is still queued on a.
+  REQUIRE(cudaFreeAsync(q, b) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(b) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 2 * MiB);
+  REQUIRE(cudaStreamSynchronize(a) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 0);
+  REQUIRE(cudaStreamDestroy(a) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(b) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+TEST_CASE("sim: pools reserve memory in chunks of the granularity", "[sim]") {
+  device_guard device({1, std::size_t{4} << 30, std::size_t{256} << 20, 2 * MiB});
+  cudaMemPool_t pool = make_pool();
+  cudaStream_t s = make_stream();
+  const std::size_t before = free_bytes();
+  void* p = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&p, 1000, pool, s) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 2 * MiB);
+  CHECK(pool_attr(pool, cudaMemPoolAttrUsedMemCurrent) == 1024);
+  CHECK(before - free_bytes() == 2 * MiB);
+  void* q = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&q, 3 * MiB, pool, s) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 6 * MiB);
+  REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(q, s) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+#endif
+
+#if CUDART_VERSION >= 12020
+TEST_CASE("sim: a pool never grows beyond its maxSize", "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = make_pool(0, 64 * MiB);
+  cudaStream_t s = make_stream();
+  void* a = nullptr;
+  void* b = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&a, 48 * MiB, pool, s) == cudaSuccess);
+  CHECK(cudaMallocFromPoolAsync(&b, 48 * MiB, pool, s) == cudaErrorMemoryAllocation);
+  CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) <= 64 * MiB);
+  REQUIRE(cudaFreeAsync(a, s) == cudaSuccess);
+  REQUIRE(cudaMallocFromPoolAsync(&b, 48 * MiB, pool, s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(b, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+#endif
+
+TEST_CASE("sim: destroying a pool with live allocations releases its memory after the last free",
+          "[sim]") {
+  device_guard device;
+  const std::size_t before = free_bytes();
+  cudaMemPool_t pool = make_pool();
+  cudaStream_t s = make_stream();
+  void* p = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&p, 32 * MiB, pool, s) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(before - free_bytes() >= 32 * MiB);
+  REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CUSCOPE_CHECK_DRIVER_FREE(free_bytes(), before);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: the default pool cannot be destroyed", "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = nullptr;
+  REQUIRE(cudaDeviceGetDefaultMemPool(&pool, 0) == cudaSuccess);
+  CHECK(cudaMemPoolDestroy(pool) == cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  cudaMemPool_t current = nullptr;
+  REQUIRE(cudaDeviceGetMemPool(&current, 0) == cudaSuccess);
+  CHECK(current == pool);
+}
+
+TEST_CASE("sim: cudaMallocAsync allocates from the device's current pool", "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = make_pool();
+  REQUIRE(cudaDeviceSetMemPool(0, pool) == cudaSuccess);
+  cudaStream_t s = make_stream();
+  void* p = nullptr;
+  REQUIRE(cudaMallocAsync(&p, MiB, s) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrUsedMemCurrent) == MiB);
+  REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  cudaMemPool_t fallback = nullptr;
+  REQUIRE(cudaDeviceGetDefaultMemPool(&fallback, 0) == cudaSuccess);
+  REQUIRE(cudaDeviceSetMemPool(0, fallback) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+TEST_CASE("sim: cudaMemPoolGetAccess reports the access that cudaMemPoolSetAccess granted",
+          "[sim]") {
+  device_guard device({2});
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
+  int can = 0;
+  REQUIRE(cudaDeviceCanAccessPeer(&can, 1, 0) == cudaSuccess);
+  if (can == 0) return;
+  cudaMemPool_t pool = make_pool(0);
+  cudaMemLocation owner{};
+  owner.type = cudaMemLocationTypeDevice;
+  owner.id = 0;
+  cudaMemLocation peer = owner;
+  peer.id = 1;
+  cudaMemAccessFlags flags = cudaMemAccessFlagsProtRead;
+  REQUIRE(cudaMemPoolGetAccess(&flags, pool, &peer) == cudaSuccess);
+  CHECK(flags == cudaMemAccessFlagsProtNone);
+  cudaMemAccessDesc grant{};
+  grant.location = peer;
+  grant.flags = cudaMemAccessFlagsProtReadWrite;
+  REQUIRE(cudaMemPoolSetAccess(pool, &grant, 1) == cudaSuccess);
+  REQUIRE(cudaMemPoolGetAccess(&flags, pool, &peer) == cudaSuccess);
+  CHECK(flags == cudaMemAccessFlagsProtReadWrite);
+  REQUIRE(cudaMemPoolGetAccess(&flags, pool, &owner) == cudaSuccess);
+  CHECK(flags == cudaMemAccessFlagsProtReadWrite);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+#if CUSCOPE_TEST_SIMULATED
+
+TEST_CASE("sim: memory freed on one stream is reused on another only in stream order", "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = make_pool();
+  set_threshold(pool, std::numeric_limits<std::uint64_t>::max());
+  cudaStream_t a = make_stream();
+  cudaStream_t b = make_stream();
+  trace t;  // outlives every host function enqueued below
+  // One allocation fills a whole chunk, so any reuse must be of the freed block.
+  void* p = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&p, 2 * MiB, pool, a) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(p, a) == cudaSuccess);
+
+  SECTION("the same stream reuses a free that has not run") {
+    void* q = nullptr;
+    REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, a) == cudaSuccess);
+    CHECK(q == p);
+    REQUIRE(cudaFreeAsync(q, a) == cudaSuccess);
+  }
+  SECTION("another stream gets new memory rather than wait for the free") {
+    void* q = nullptr;
+    REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, b) == cudaSuccess);
+    CHECK(q != p);
+    CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 4 * MiB);
+    REQUIRE(cudaFreeAsync(q, b) == cudaSuccess);
+  }
+  SECTION("another stream reuses it by waiting for the free when the device is full") {
+    void* hog = nullptr;
+    REQUIRE(cudaMalloc(&hog, free_bytes()) == cudaSuccess);
+    t.add(a, 1);  // runs after the free on a
+    void* q = nullptr;
+    REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, b) == cudaSuccess);
+    CHECK(q == p);
+    t.add(b, 2);
+    REQUIRE(cudaStreamSynchronize(b) == cudaSuccess);
+    CHECK(cuscope::sim::pending_operations() == 1);  // the host function on a
+    REQUIRE(cudaFreeAsync(q, b) == cudaSuccess);
+    REQUIRE(cudaFree(hog) == cudaSuccess);
+  }
+  SECTION("without internal dependencies another stream gets new memory") {
+    int no = 0;
+    REQUIRE(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no) ==
+            cudaSuccess);
+    void* q = nullptr;
+    REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, b) == cudaSuccess);
+    CHECK(q != p);
+    REQUIRE(cudaFreeAsync(q, b) == cudaSuccess);
+  }
+  SECTION("an event dependency makes the free reusable") {
+    int no = 0;
+    REQUIRE(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no) ==
+            cudaSuccess);
+    cudaEvent_t e = nullptr;
+    REQUIRE(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess);
+    REQUIRE(cudaEventRecord(e, a) == cudaSuccess);
+    REQUIRE(cudaStreamWaitEvent(b, e, 0) == cudaSuccess);
+    void* q = nullptr;
+    REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, b) == cudaSuccess);
+    CHECK(q == p);
+    REQUIRE(cudaFreeAsync(q, b) == cudaSuccess);
+    REQUIRE(cudaEventDestroy(e) == cudaSuccess);
+  }
+  SECTION("a completed free is reused opportunistically") {
+    REQUIRE(cudaStreamSynchronize(a) == cudaSuccess);
+    int no = 0;
+    REQUIRE(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no) ==
+            cudaSuccess);
+    void* q = nullptr;
+    REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, b) == cudaSuccess);
+    CHECK(q == p);
+    REQUIRE(cudaFreeAsync(q, b) == cudaSuccess);
+  }
+  SECTION("a free that a synchronization saw complete is reused whatever the policies") {
+    int no = 0;
+    for (const cudaMemPoolAttr policy :
+         {cudaMemPoolReuseFollowEventDependencies, cudaMemPoolReuseAllowOpportunistic,
+          cudaMemPoolReuseAllowInternalDependencies})
+      REQUIRE(cudaMemPoolSetAttribute(pool, policy, &no) == cudaSuccess);
+    // b waits for the free; synchronizing b shows the host that the free on a has run.
+    cudaEvent_t e = nullptr;
+    REQUIRE(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess);
+    REQUIRE(cudaEventRecord(e, a) == cudaSuccess);
+    REQUIRE(cudaStreamWaitEvent(b, e, 0) == cudaSuccess);
+    cudaStream_t c = make_stream();
+    void* q = nullptr;
+    REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, c) == cudaSuccess);
+    CHECK(q != p);  // the free has not been seen to complete
+    REQUIRE(cudaStreamSynchronize(b) == cudaSuccess);
+    void* r = nullptr;
+    REQUIRE(cudaMallocFromPoolAsync(&r, 2 * MiB, pool, c) == cudaSuccess);
+    CHECK(r == p);
+    REQUIRE(cudaFreeAsync(q, c) == cudaSuccess);
+    REQUIRE(cudaFreeAsync(r, c) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(c) == cudaSuccess);
+    REQUIRE(cudaStreamDestroy(c) == cudaSuccess);
+    REQUIRE(cudaEventDestroy(e) == cudaSuccess);
+  }
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(a) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(b) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+#endif

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: Apache-2.0
+// The documented CUDA rules the simulated device follows for streams, events, execution and host
+// functions, one test case per rule (docs/simulated-device.md). Rules that hold on any CUDA device
+// also run against the real runtime; the simulation's own controls are tested in the simulated
+// build only.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "sim_test_support.hpp"
+
+using namespace cuscope::sim_test;
+
+TEST_CASE("sim: work on one stream runs in the order it was enqueued", "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  trace t;
+  for (int i = 0; i < 10; ++i)
+    t.add(s, i);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(t.seen() == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: cudaStreamWaitEvent orders work after the event's record", "[sim]") {
+  device_guard device;
+  cudaStream_t a = make_stream();
+  cudaStream_t b = make_stream();
+  cudaEvent_t e = nullptr;
+  REQUIRE(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess);
+  trace t;
+  t.add(a, 1);
+  REQUIRE(cudaEventRecord(e, a) == cudaSuccess);
+  t.add(a, 3);  // after the record: not waited for
+  REQUIRE(cudaStreamWaitEvent(b, e, 0) == cudaSuccess);
+  t.add(b, 2);
+  REQUIRE(cudaStreamSynchronize(b) == cudaSuccess);
+  const std::vector<int> seen = t.seen();
+  REQUIRE(seen.size() >= 2);
+  CHECK(seen[0] == 1);
+  // 3 is on a after the record: on a GPU it may run before 2 or after it, and synchronizing b
+  // need not wait for it. The simulated device runs only what b waits for.
+  const auto two = std::find(seen.begin(), seen.end(), 2);
+  CHECK(two != seen.end());
+  if (cuscope::test::simulated) CHECK(seen == std::vector<int>{1, 2});
+  REQUIRE(cudaStreamSynchronize(a) == cudaSuccess);
+  CHECK(t.seen().size() == 3);
+  REQUIRE(cudaEventDestroy(e) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(a) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(b) == cudaSuccess);
+}
+
+TEST_CASE("sim: the legacy default stream waits for blocking streams and they for it", "[sim]") {
+  device_guard device;
+  cudaStream_t blocking = make_stream(cudaStreamDefault);
+  trace t;
+  t.add(blocking, 1);
+  t.add(cudaStreamLegacy, 2);
+  t.add(blocking, 3);
+  REQUIRE(cudaStreamSynchronize(blocking) == cudaSuccess);
+  CHECK(t.seen() == std::vector<int>{1, 2, 3});
+  REQUIRE(cudaStreamDestroy(blocking) == cudaSuccess);
+}
+
+#if CUSCOPE_TEST_SIMULATED
+
+// The per-thread variants of the runtime, as a program compiled with
+// CUDA_API_PER_THREAD_DEFAULT_STREAM calls them.
+extern "C" cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t, cudaHostFn_t, void*);
+extern "C" cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t);
+
+TEST_CASE("sim: deferred work runs only when the host synchronizes with it", "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  trace t;
+  t.add(s, 1);
+  CHECK(t.seen().empty());
+  CHECK(cuscope::sim::pending_operations() == 1);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(t.seen() == std::vector<int>{1});
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: eager work runs when it is enqueued", "[sim]") {
+  device_guard device({1, std::size_t{4} << 30, std::size_t{256} << 20, 2 * MiB, true});
+  cudaStream_t s = make_stream();
+  trace t;
+  t.add(s, 1);
+  CHECK(t.seen() == std::vector<int>{1});
+  CHECK(cuscope::sim::pending_operations() == 0);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: a non-blocking stream is not ordered with the legacy default stream", "[sim]") {
+  device_guard device;
+  cudaStream_t quiet = make_stream(cudaStreamNonBlocking);
+  trace t;
+  t.add(quiet, 1);
+  t.add(cudaStreamLegacy, 2);
+  REQUIRE(cudaStreamSynchronize(cudaStreamLegacy) == cudaSuccess);
+  CHECK(t.seen() == std::vector<int>{2});
+  REQUIRE(cudaStreamSynchronize(quiet) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(quiet) == cudaSuccess);
+}
+
+TEST_CASE("sim: the per-thread default stream does not wait for other blocking streams", "[sim]") {
+  device_guard device;
+  cudaStream_t blocking = make_stream(cudaStreamDefault);
+  trace t;
+  t.add(blocking, 1);
+  t.marks.emplace_back(&t, 2);
+  REQUIRE(cudaLaunchHostFunc_ptsz(nullptr, &trace::record, &t.marks.back()) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize_ptsz(nullptr) == cudaSuccess);
+  CHECK(t.seen() == std::vector<int>{2});
+  t.add(cudaStreamLegacy, 3);  // legacy: waits for both
+  REQUIRE(cudaStreamSynchronize(cudaStreamLegacy) == cudaSuccess);
+  CHECK(t.seen() == std::vector<int>{2, 1, 3});
+  REQUIRE(cudaStreamDestroy(blocking) == cudaSuccess);
+}
+
+TEST_CASE("sim: a host function may not call the runtime", "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  cudaError_t seen = cudaSuccess;
+  REQUIRE(cudaLaunchHostFunc(
+              s,
+              [](void* p) {
+                void* ptr = nullptr;
+                *static_cast<cudaError_t*>(p) = cudaMalloc(&ptr, 16);
+              },
+              &seen) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(seen == cudaErrorNotPermitted);
+  (void)cudaGetLastError();  // the host function ran here, on the synchronizing thread
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: a destroyed stream finishes its work and its handle becomes invalid", "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  trace t;
+  t.add(s, 1);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  CHECK(t.seen().empty());
+  CHECK(cudaStreamSynchronize(s) == cudaErrorInvalidResourceHandle);
+  (void)cudaGetLastError();
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(t.seen() == std::vector<int>{1});
+}
+
+#endif
+
+TEST_CASE("sim: elapsed time needs two completed events that record timing", "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+  cudaEvent_t untimed = nullptr;
+  REQUIRE(cudaEventCreate(&start) == cudaSuccess);
+  REQUIRE(cudaEventCreate(&stop) == cudaSuccess);
+  REQUIRE(cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming) == cudaSuccess);
+  float ms = -1;
+  REQUIRE(cudaEventRecord(start, s) == cudaSuccess);
+  REQUIRE(cudaEventRecord(stop, s) == cudaSuccess);
+  REQUIRE(cudaEventRecord(untimed, s) == cudaSuccess);
+  // untimed is recorded after stop: waiting for it waits for both (waiting for stop alone
+  // would leave cudaEventQuery(untimed) free to answer cudaErrorNotReady on a GPU).
+  REQUIRE(cudaEventSynchronize(untimed) == cudaSuccess);
+  REQUIRE(cudaEventElapsedTime(&ms, start, stop) == cudaSuccess);
+  CHECK(ms >= 0);
+  CHECK(cudaEventElapsedTime(&ms, start, untimed) == cudaErrorInvalidResourceHandle);
+  (void)cudaGetLastError();
+  CHECK(cudaEventQuery(untimed) == cudaSuccess);
+  REQUIRE(cudaEventDestroy(start) == cudaSuccess);
+  REQUIRE(cudaEventDestroy(stop) == cudaSuccess);
+  REQUIRE(cudaEventDestroy(untimed) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+#if CUSCOPE_TEST_SIMULATED
+
+TEST_CASE("sim: cudaEventElapsedTime is not ready before both events have run", "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+  REQUIRE(cudaEventCreate(&start) == cudaSuccess);
+  REQUIRE(cudaEventCreate(&stop) == cudaSuccess);
+  float ms = -1;
+  CHECK(cudaEventElapsedTime(&ms, start, stop) == cudaErrorInvalidResourceHandle);  // unrecorded
+  (void)cudaGetLastError();
+  REQUIRE(cudaEventRecord(start, s) == cudaSuccess);
+  REQUIRE(cudaEventRecord(stop, s) == cudaSuccess);
+  CHECK(cudaEventElapsedTime(&ms, start, stop) == cudaErrorNotReady);
+  CHECK(cudaGetLastError() == cudaSuccess);  // not ready is not an error
+  REQUIRE(cudaEventSynchronize(stop) == cudaSuccess);
+  CHECK(cudaEventElapsedTime(&ms, start, stop) == cudaSuccess);
+  REQUIRE(cudaEventDestroy(start) == cudaSuccess);
+  REQUIRE(cudaEventDestroy(stop) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+#endif
