@@ -55,6 +55,15 @@ def dependencies(include_dirs):
     return "".join("#include <%s>\n" % h for h in sorted(angle))
 
 
+def public_headers(include_dirs):
+    """Every public header: include/cuscope/*.hpp (detail/ holds what users never name)."""
+    for d in include_dirs:
+        root = os.path.join(d, "cuscope")
+        if os.path.exists(os.path.join(root, "cuscope.hpp")):
+            return sorted("cuscope/" + f for f in os.listdir(root) if f.endswith(".hpp"))
+    return []
+
+
 def quartiles(values):
     v = sorted(values)
     if len(v) == 1:
@@ -87,6 +96,9 @@ def main():
     p.add_argument("--runs", type=int, default=None, help="rounds (default 9, --quick 3)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--json", help="write the results to this file")
+    p.add_argument("--each-header", action="store_true",
+                   help="also measure every public header alone")
+    p.add_argument("--baseline", help="the --json of an earlier --each-header run to compare with")
     a = p.parse_args()
     runs = a.runs or (3 if a.quick else 9)
     flags = ["-std=c++17"] + ["-I" + d for d in a.include] + \
@@ -94,10 +106,26 @@ def main():
     version = subprocess.run([a.cxx, "--version"], stdout=subprocess.PIPE,
                              universal_newlines=True).stdout.splitlines()[0]
 
+    units = list(UNITS)
+    headers = []
+    if a.each_header or a.baseline:
+        for h in public_headers(a.include):
+            if h == "cuscope/cuscope.hpp":
+                continue
+            # A header that needs more than these flags (Thrust without the CCCL path, say) is
+            # left out and named.
+            probe = subprocess.run([a.cxx] + flags + ["-fsyntax-only", "-x", "c++", "-"],
+                                   input=("#include <%s>\n" % h).encode(),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if probe.returncode != 0:
+                print("note: %s does not compile alone with these flags; not measured" % h)
+                continue
+            headers.append(h)
+            units.append((h, "#include <%s>\n" % h))
     results = {}
     with tempfile.TemporaryDirectory(prefix="cuscope-compile-cost-") as work:
         files = {}
-        for name, text in UNITS:
+        for name, text in units:
             if text is None:
                 text = dependencies(a.include)
             path = os.path.join(work, name.replace("/", "_").replace(".", "_") + ".cpp")
@@ -110,11 +138,11 @@ def main():
             results[name] = {"preprocessed_lines": len(lines),
                              "preprocessed_nonblank_lines": sum(1 for l in lines if l.strip()),
                              "preprocessed_bytes": len(pre), "wall_s": [], "cpu_s": []}
-        for name, _ in UNITS:  # warm-up: the file system cache holds the headers
+        for name, _ in units:  # warm-up: the file system cache holds the headers
             timed([a.cxx] + flags + ["-fsyntax-only", files[name]])
         for r in range(runs):
-            for i in range(len(UNITS)):
-                name = UNITS[(i + r) % len(UNITS)][0]
+            for i in range(len(units)):
+                name = units[(i + r) % len(units)][0]
                 wall, cpu = timed([a.cxx] + flags + ["-fsyntax-only", files[name]])
                 results[name]["wall_s"].append(wall)
                 results[name]["cpu_s"].append(cpu)
@@ -177,6 +205,9 @@ def main():
     ]
     for h in headline:
         print("headline: %s: %.2fx" % (h["name"], h["value"]))
+    tables = [{"title": title, "columns": columns, "rows": rows}]
+    if headers:
+        tables.append(header_table(results, headers, version, runs, a.baseline))
     if a.json:
         for r in results.values():
             r.pop("wall_s")
@@ -188,8 +219,8 @@ def main():
             "build": {"compiler": version},
             "config": {"runs": runs, "flags": flags},
             "notes": notes,
-            "tables": [{"title": title, "columns": columns, "rows": rows}],
-            "results": [dict(unit=name, **results[name]) for name, _ in UNITS],
+            "tables": tables,
+            "results": [dict(unit=name, **results[name]) for name, _ in units],
             "included_headers": re.findall(r"<([^>]+)>", dependencies(a.include)),
             "ratios": ratios, "headline": headline,
         }
@@ -198,6 +229,46 @@ def main():
             f.write("\n")
         print("wrote " + a.json)
     return 0
+
+
+def header_table(results, headers, version, runs, baseline):
+    """Prints and returns the table of the public headers, each alone, beside the baseline's."""
+    before = {}
+    if baseline:
+        with open(baseline) as f:
+            for r in json.load(f)["results"]:
+                before[r["unit"]] = r
+    columns = ["public header alone", "CPU time", "preprocessed lines"]
+    if before:
+        columns += ["baseline CPU time", "baseline lines", "CPU change", "lines change"]
+    rows = []
+    for h in headers:
+        r = results[h]
+        row = ["#include <%s>" % h,
+               "%.0f ms ±%.0f%%" % (r["cpu_ms"]["median"], r["cpu_ms"]["spread_pct"]),
+               "%d" % r["preprocessed_nonblank_lines"]]
+        if before:
+            b = before.get(h)
+            if b is None:
+                row += ["(new)", "", "", ""]
+            else:
+                row += ["%.0f ms ±%.0f%%" % (b["cpu_ms"]["median"], b["cpu_ms"]["spread_pct"]),
+                        "%d" % b["preprocessed_nonblank_lines"],
+                        "%+.1f%%" % ((r["cpu_ms"]["median"] / b["cpu_ms"]["median"] - 1) * 100),
+                        "%+d" % (r["preprocessed_nonblank_lines"] -
+                                 b["preprocessed_nonblank_lines"])]
+        rows.append(row)
+    title = "compile cost of each public header: %s -std=c++17 -fsyntax-only, median of %d runs" \
+        % (version, runs)
+    widths = [max(len(c), *(len(t[i]) for t in rows)) for i, c in enumerate(columns)]
+    fmt = lambda cells: "  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i])
+                                  for i, c in enumerate(cells))
+    print("\n" + title)
+    print(fmt(columns))
+    print("-" * (sum(widths) + 2 * (len(widths) - 1)))
+    for t in rows:
+        print(fmt(t))
+    return {"title": title, "columns": columns, "rows": rows}
 
 
 if __name__ == "__main__":
