@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <cuscope/error.hpp>
+#include <cuscope/pinned_buffer.hpp>
+#include <cuscope/session.hpp>
+#include <cuscope/stream.hpp>
 #include <new>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "test_support.hpp"
 
@@ -14,6 +18,30 @@ static_assert(std::is_base_of_v<std::runtime_error, cuscope::cuda_error>);
 static_assert(std::is_base_of_v<std::bad_alloc, cuscope::out_of_memory>);
 static_assert(std::is_nothrow_copy_constructible_v<cuscope::out_of_memory>);
 static_assert(std::is_nothrow_copy_constructible_v<cuscope::cuda_error>);
+static_assert(
+    std::is_same_v<cuscope::cleanup_handler, void (*)(const cuscope::cleanup_error&) noexcept>);
+static_assert(!std::is_copy_constructible_v<cuscope::scoped_cleanup_handler>);
+
+namespace {
+
+// What the recording handler saw: the strings are copied, as the handler's pointers die with it.
+struct recorded_cleanup {
+  std::string operation;
+  std::string object;
+  const void* handle = nullptr;
+  cudaError_t status = cudaSuccess;
+  std::string message;
+  std::string file;
+};
+std::vector<recorded_cleanup> recorded;
+
+void record_cleanup(const cuscope::cleanup_error& e) noexcept {
+  recorded.push_back({e.operation, e.object, e.handle, e.status, e.message, e.file});
+}
+
+void other_handler(const cuscope::cleanup_error&) noexcept {}
+
+}  // namespace
 
 TEST_CASE("error: CUSCOPE_CUDA_TRY throws cuda_error naming the call, the error and the place",
           "[error]") {
@@ -83,5 +111,107 @@ TEST_CASE("error: CUSCOPE_CUDA_TRY does not clear a sticky error", "[error][sim]
   CHECK_THROWS_AS([] { CUSCOPE_CUDA_TRY(cudaDeviceSynchronize()); }(), cuscope::cuda_error);
   CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
   cuscope::sim::reset();
+}
+#endif
+
+TEST_CASE("cleanup_handler: set, get and scoped_cleanup_handler restore the previous handler",
+          "[error]") {
+  CHECK(cuscope::get_cleanup_handler() == &cuscope::default_cleanup_handler);
+  {
+    const cuscope::scoped_cleanup_handler scope(&record_cleanup);
+    CHECK(cuscope::get_cleanup_handler() == &record_cleanup);
+    {
+      const cuscope::scoped_cleanup_handler inner(&other_handler);
+      CHECK(cuscope::get_cleanup_handler() == &other_handler);
+    }
+    CHECK(cuscope::get_cleanup_handler() == &record_cleanup);
+  }
+  CHECK(cuscope::get_cleanup_handler() == &cuscope::default_cleanup_handler);
+  CHECK(cuscope::set_cleanup_handler(&other_handler) == &cuscope::default_cleanup_handler);
+  // nullptr restores the default rather than leaving no handler at all.
+  CHECK(cuscope::set_cleanup_handler(nullptr) == &other_handler);
+  CHECK(cuscope::get_cleanup_handler() == &cuscope::default_cleanup_handler);
+}
+
+#if CUSCOPE_TEST_SIMULATED
+TEST_CASE(
+    "cleanup_handler: a failed cudaStreamDestroy reaches the handler with the call, the "
+    "object and the status",
+    "[error][sim]") {
+  device_guard device;
+  const cuscope::scoped_cleanup_handler scope(&record_cleanup);
+  recorded.clear();
+  cudaStream_t handle = nullptr;
+  {
+    cuscope::stream s;
+    handle = s.get();
+    cuscope::sim::fail_api("cudaStreamDestroy", 1, cudaErrorInvalidResourceHandle);
+  }
+  REQUIRE(recorded.size() == 1);
+  CHECK_THAT(recorded[0].operation, contains("cudaStreamDestroy"));
+  CHECK(recorded[0].object == "cuscope::stream");
+  CHECK(recorded[0].handle == static_cast<const void*>(handle));
+  CHECK(recorded[0].status == cudaErrorInvalidResourceHandle);
+  CHECK(recorded[0].message == cudaGetErrorString(cudaErrorInvalidResourceHandle));
+  CHECK_THAT(recorded[0].file, contains("stream.hpp"));
+  // The non-sticky error was cleared; the stream the failed call left behind is destroyed here.
+  CHECK(cudaGetLastError() == cudaSuccess);
+  CHECK(cudaStreamDestroy(handle) == cudaSuccess);
+}
+
+TEST_CASE("cleanup_handler: cudaErrorCudartUnloading at cleanup counts as success",
+          "[error][sim]") {
+  device_guard device;
+  const cuscope::scoped_cleanup_handler scope(&record_cleanup);
+  recorded.clear();
+  void* p = nullptr;
+  {
+    cuscope::pinned_buffer<int> b(16);
+    p = b.data();
+    cuscope::sim::fail_api("cudaFreeHost", 1, cudaErrorCudartUnloading);
+  }
+  CHECK(recorded.empty());
+  CHECK(cudaGetLastError() == cudaSuccess);
+  CHECK(cudaFreeHost(p) == cudaSuccess);  // the simulated runtime did not unload
+}
+
+TEST_CASE("cleanup_handler: a session ended by its destructor reports a failed synchronization",
+          "[error][sim]") {
+  device_guard device;
+  const cuscope::scoped_cleanup_handler scope(&record_cleanup);
+  recorded.clear();
+  cuscope::memory_pool pool;
+  cuscope::stream stream;
+  const void* address = nullptr;
+  {
+    cuscope::session work(pool, stream, "reported");
+    address = &work;
+    cuscope::sim::fail_api("cudaStreamSynchronize", 1, cudaErrorUnknown);
+  }
+  REQUIRE(recorded.size() == 1);
+  CHECK(recorded[0].operation == "session::finish");
+  CHECK(recorded[0].object == "cuscope::session");
+  CHECK(recorded[0].handle == address);
+  CHECK(recorded[0].status == cudaErrorUnknown);
+  CHECK_THAT(recorded[0].message, contains("cudaStreamSynchronize"));
+  CHECK(cudaGetLastError() == cudaSuccess);
+}
+
+TEST_CASE("cleanup_handler: a session whose on_finish throws in its destructor reports it",
+          "[error][sim]") {
+  device_guard device;
+  const cuscope::scoped_cleanup_handler scope(&record_cleanup);
+  recorded.clear();
+  cuscope::memory_pool pool;
+  cuscope::stream stream;
+  {
+    cuscope::session_options o;
+    o.name = "throwing callback";
+    o.on_finish = [](const cuscope::session_report&) { throw std::runtime_error("log is full"); };
+    cuscope::session work(pool, stream, o);
+  }
+  REQUIRE(recorded.size() == 1);
+  CHECK(recorded[0].status == cudaSuccess);
+  CHECK(recorded[0].message == "log is full");
 }
 #endif

@@ -247,7 +247,8 @@ class order_event {
 
  private:
   void destroy() noexcept {
-    if (event_ != nullptr) (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaEventDestroy(event_));
+    if (event_ != nullptr)
+      (void)CUSCOPE_DETAIL_CLEANUP(cudaEventDestroy(event_), "a batch ordering event", event_);
     event_ = nullptr;
   }
   cudaEvent_t event_ = nullptr;
@@ -752,27 +753,32 @@ class batch_range {
     if (started_ && !finished_ && !failed_ && std::uncaught_exceptions() <= exceptions_at_entry_) {
       try {
         finish();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw
+      } catch (...) {
+        CUSCOPE_DETAIL_CLEANUP_CAUGHT("batch_range::finish", "cuscope::batch_range", this);
       }
     }
     if (started_) {
       // Everything enqueued so far on the user's stream may read the buffers: the frees wait
       // for it. Without the event, wait for the stream itself.
-      bool ordered =
-          CUSCOPE_CUDA_TRY_NOTHROW(cudaEventRecord(final_.get(), stream_)) == cudaSuccess;
-      ordered = ordered && CUSCOPE_CUDA_TRY_NOTHROW(
-                               cudaStreamWaitEvent(copy_->get(), final_.get(), 0)) == cudaSuccess;
-      if (!ordered) (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaStreamSynchronize(stream_));
+      bool ordered = CUSCOPE_DETAIL_CLEANUP(cudaEventRecord(final_.get(), stream_),
+                                            "cuscope::batch_range", this);
+      ordered =
+          ordered && CUSCOPE_DETAIL_CLEANUP(cudaStreamWaitEvent(copy_->get(), final_.get(), 0),
+                                            "cuscope::batch_range", this);
+      if (!ordered)
+        (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(stream_), "cuscope::batch_range", this);
     }
     // The results stream reads the device buffers: it must be done before they are freed.
-    if (results_) (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaStreamSynchronize(results_->get()));
+    if (results_)
+      (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(results_->get()), "cuscope::batch_range",
+                                   this);
     for (slot& s : slots_) {
       s.in = device_buffer<T>();  // freed in order on the copy stream
       s.out = device_buffer<out_t>();
     }
     // The copies read the staging buffers, and the frees must have completed for a session
     // around the loop to see the memory back in the pool.
-    (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaStreamSynchronize(copy_->get()));
+    (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(copy_->get()), "cuscope::batch_range", this);
     slots_.clear();
     final_ = detail::order_event();
     results_.reset();

@@ -74,9 +74,9 @@ class scoped_device {
 
   /// @brief Restores the device that was current at construction.
   ~scoped_device() {
-    // A destructor cannot report a failure, so a failed restore is tried once more.
+    // A destructor cannot throw: a failed restore is tried once more, then reported.
     if (switched_ && CUSCOPE_CUDA_TRY_NOTHROW(cudaSetDevice(previous_)) != cudaSuccess)
-      (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaSetDevice(previous_));
+      (void)CUSCOPE_DETAIL_CLEANUP(cudaSetDevice(previous_), "cuscope::scoped_device", nullptr);
   }
 
  private:
@@ -111,13 +111,18 @@ class stream_device_guard_nothrow {
   stream_device_guard_nothrow(cudaStream_t stream, int device) noexcept {
     if (!is_default_stream(stream)) return;
     int current = 0;
-    if (check_nothrow(cudaGetDevice(&current)) != cudaSuccess || current == device) return;
-    if (check_nothrow(cudaSetDevice(device)) == cudaSuccess) previous_ = current;
+    if (!CUSCOPE_DETAIL_CLEANUP(cudaGetDevice(&current), "the device of a default stream",
+                                stream) ||
+        current == device)
+      return;
+    if (CUSCOPE_DETAIL_CLEANUP(cudaSetDevice(device), "the device of a default stream", stream))
+      previous_ = current;
   }
   stream_device_guard_nothrow(const stream_device_guard_nothrow&) = delete;
   stream_device_guard_nothrow& operator=(const stream_device_guard_nothrow&) = delete;
   ~stream_device_guard_nothrow() {
-    if (previous_ >= 0) (void)check_nothrow(cudaSetDevice(previous_));
+    if (previous_ >= 0)
+      (void)CUSCOPE_DETAIL_CLEANUP(cudaSetDevice(previous_), "the current device", nullptr);
   }
 
  private:

@@ -59,11 +59,11 @@ inline void order_after(stream_ref later, stream_ref earlier, int device) {
       const stream_device_guard on_later(later.get(), device);
       status = cudaStreamWaitEvent(later.get(), event, 0);
     } catch (...) {
-      (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaEventDestroy(event));
+      (void)CUSCOPE_DETAIL_CLEANUP(cudaEventDestroy(event), "an ordering event", event);
       throw;
     }
   }
-  (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaEventDestroy(event));
+  (void)CUSCOPE_DETAIL_CLEANUP(cudaEventDestroy(event), "an ordering event", event);
   CUSCOPE_DETAIL_TRY_FOR(status, later.describe() + " waiting for " + earlier.describe());
 }
 
@@ -133,7 +133,9 @@ class device_buffer {
       try {
         detail::order_after(other.stream(), stream, device_);
       } catch (...) {
-        (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaStreamSynchronize(stream_));
+        // Without the order, other must not be freed before the copy has read it.
+        (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(stream_), "cuscope::device_buffer",
+                                     data_);
         throw;
       }
     }

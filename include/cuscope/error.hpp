@@ -1,16 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief Errors: cuda_error, out_of_memory and the CUSCOPE_CUDA_TRY macros.
+/// @brief Errors: cuda_error, out_of_memory, the CUSCOPE_CUDA_TRY macros, and the cleanup
+/// handler that every failure in a destructor or other never-throwing path is reported to.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <cassert>
 #include <cstddef>
+#include <cstdio>
 #include <new>
 #include <stdexcept>
 #include <string>
 
 #include "detail/config.hpp"
+
+#if !defined(__GNUC__) && !defined(__clang__)
+#  include <atomic>
+#endif
 
 namespace cuscope {
 
@@ -51,7 +58,124 @@ class out_of_memory : public std::bad_alloc {
   std::runtime_error message_;  // copies without throwing, unlike std::string
 };
 
+/// @brief A cleanup step that failed where nothing may throw: a destructor, a move assignment, the
+/// end of a session or a batch range. Every pointer is valid only during the handler's call.
+struct cleanup_error {
+  /// @brief The call or step that failed, as written: "cudaStreamDestroy(stream_)",
+  /// "session::finish".
+  const char* operation = "";
+  /// @brief What was being cleaned up: "cuscope::stream", "cuscope::device_buffer"...
+  const char* object = "";
+  /// @brief Its handle (stream, event, pool, device pointer) or address; may be null.
+  const void* handle = nullptr;
+  /// @brief The CUDA status; cudaSuccess when the failure was an exception that carried none.
+  cudaError_t status = cudaSuccess;
+  /// @brief cudaGetErrorString(status), or the exception's what().
+  const char* message = "";
+  /// @brief Where in cuscope the step was made.
+  const char* file = "";
+  /// @brief Its line.
+  int line = 0;
+};
+
+/// @brief Receives every cleanup failure. Called on the thread that failed, from a destructor or
+/// other noexcept path: it must not throw, and should not block for long.
+using cleanup_handler = void (*)(const cleanup_error&) noexcept;
+
+/// @brief The handler in use until another is set: prints one line to stderr and, in builds
+/// without NDEBUG or CUSCOPE_NO_CLEANUP_ASSERT, fails an assertion, as a failed cleanup means a
+/// bug (a stream destroyed twice, memory freed on a dead stream) or a broken device.
+inline void default_cleanup_handler(const cleanup_error& e) noexcept {
+  std::fprintf(stderr, "cuscope: cleanup failed: %s for %s %p: %s%s%s (%s:%d)\n", e.operation,
+               e.object, e.handle, e.status != cudaSuccess ? cudaGetErrorName(e.status) : "",
+               e.status != cudaSuccess ? ": " : "", e.message, e.file, e.line);
+#if !defined(CUSCOPE_NO_CLEANUP_ASSERT)
+  assert(!"cuscope: a cleanup step failed (define CUSCOPE_NO_CLEANUP_ASSERT or set a "
+          "cleanup_handler to continue)");
+#endif
+}
+
 namespace detail {
+
+// One handler for the program (per shared library where symbols are not shared, as on Windows).
+// GCC and Clang reach it through their atomic builtins, which spares every includer <atomic>.
+#if defined(__GNUC__) || defined(__clang__)
+inline cleanup_handler cleanup_handler_slot = &default_cleanup_handler;
+inline cleanup_handler exchange_cleanup_handler(cleanup_handler h) noexcept {
+  return __atomic_exchange_n(&cleanup_handler_slot, h, __ATOMIC_ACQ_REL);
+}
+inline cleanup_handler load_cleanup_handler() noexcept {
+  return __atomic_load_n(&cleanup_handler_slot, __ATOMIC_ACQUIRE);
+}
+#else
+inline std::atomic<cleanup_handler> cleanup_handler_slot{&default_cleanup_handler};
+inline cleanup_handler exchange_cleanup_handler(cleanup_handler h) noexcept {
+  return cleanup_handler_slot.exchange(h);
+}
+inline cleanup_handler load_cleanup_handler() noexcept {
+  return cleanup_handler_slot.load();
+}
+#endif
+
+}  // namespace detail
+
+/// @brief Makes handler receive cleanup failures from now on, in every thread; nullptr restores
+/// default_cleanup_handler. Returns the handler it replaces.
+inline cleanup_handler set_cleanup_handler(cleanup_handler handler) noexcept {
+  return detail::exchange_cleanup_handler(handler != nullptr ? handler : &default_cleanup_handler);
+}
+
+/// @brief The handler that receives cleanup failures now.
+[[nodiscard]] inline cleanup_handler get_cleanup_handler() noexcept {
+  return detail::load_cleanup_handler();
+}
+
+/// @brief Sets a cleanup handler for a scope and restores the previous one at its end. The
+/// handler is process-wide: scopes on several threads at once replace each other's.
+class scoped_cleanup_handler {
+ public:
+  /// @brief Makes handler current (nullptr: the default one).
+  explicit scoped_cleanup_handler(cleanup_handler handler) noexcept
+      : previous_(set_cleanup_handler(handler)) {}
+  scoped_cleanup_handler(const scoped_cleanup_handler&) = delete;
+  scoped_cleanup_handler& operator=(const scoped_cleanup_handler&) = delete;
+  /// @brief Restores the handler that was current at construction.
+  ~scoped_cleanup_handler() { (void)set_cleanup_handler(previous_); }
+
+ private:
+  cleanup_handler previous_;
+};
+
+namespace detail {
+
+/// Hands a cleanup failure to the current handler. Out of line and cold: the cleanup paths keep
+/// one compare on success.
+CUSCOPE_DETAIL_COLD inline void report_cleanup(const char* operation, const char* object,
+                                               const void* handle, cudaError_t status,
+                                               const char* message, const char* file,
+                                               int line) noexcept {
+  cleanup_error e;
+  e.operation = operation;
+  e.object = object;
+  e.handle = handle;
+  e.status = status;
+  e.message = message != nullptr ? message : "";
+  e.file = file;
+  e.line = line;
+  get_cleanup_handler()(e);
+}
+
+/// The check of a CUDA call made in cleanup: true on success and for cudaErrorCudartUnloading
+/// (objects with static lifetime destroyed after the runtime shut down, as RMM treats it);
+/// otherwise clears a non-sticky error, reports to the cleanup handler and returns false.
+inline bool cleanup_ok(cudaError_t status, const char* operation, const char* object,
+                       const void* handle, const char* file, int line) noexcept {
+  if (status == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  if (status == cudaErrorCudartUnloading) return true;
+  report_cleanup(operation, object, handle, status, cudaGetErrorString(status), file, line);
+  return false;
+}
 
 /// Builds and throws the cuda_error (or out_of_memory) for a failed call. Out of line and cold so
 /// that the checking macros add one compare and one branch to the hot path.
@@ -83,6 +207,24 @@ inline cudaError_t check_nothrow(cudaError_t status) noexcept {
   return status == cudaErrorCudartUnloading ? cudaSuccess : status;
 }
 
+/// Reports the exception being handled (inside a catch block) as a cleanup failure.
+CUSCOPE_DETAIL_COLD inline void report_cleanup_exception(const char* operation, const char* object,
+                                                         const void* handle, const char* file,
+                                                         int line) noexcept {
+  try {
+    throw;
+  } catch (const cuda_error& e) {
+    report_cleanup(operation, object, handle, e.status(), e.what(), file, line);
+  } catch (const out_of_memory& e) {
+    report_cleanup(operation, object, handle, e.status(), e.what(), file, line);
+  } catch (const std::exception& e) {
+    report_cleanup(operation, object, handle, cudaSuccess, e.what(), file, line);
+  } catch (...) {
+    report_cleanup(operation, object, handle, cudaSuccess, "an exception of unknown type", file,
+                   line);
+  }
+}
+
 }  // namespace detail
 }  // namespace cuscope
 
@@ -94,6 +236,15 @@ inline cudaError_t check_nothrow(cudaError_t status) noexcept {
     if (cuscope_status_ != cudaSuccess)                                                \
       ::cuscope::detail::throw_cuda_error(cuscope_status_, #call, __FILE__, __LINE__); \
   } while (false)
+
+/// Makes a CUDA call in a cleanup path: evaluates to true when it succeeded (or the runtime is
+/// unloading); a failure goes to the cleanup handler, naming object and handle.
+#define CUSCOPE_DETAIL_CLEANUP(call, object, handle) \
+  ::cuscope::detail::cleanup_ok((call), #call, (object), (handle), __FILE__, __LINE__)
+
+/// Inside a catch block of a cleanup path: reports the exception to the cleanup handler.
+#define CUSCOPE_DETAIL_CLEANUP_CAUGHT(operation, object, handle) \
+  ::cuscope::detail::report_cleanup_exception((operation), (object), (handle), __FILE__, __LINE__)
 
 /// @brief Calls a CUDA runtime function without throwing; evaluates to its cudaError_t, with
 /// cudaErrorCudartUnloading reported as cudaSuccess. For destructors and noexcept paths.

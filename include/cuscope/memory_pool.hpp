@@ -73,7 +73,7 @@ namespace detail {
 inline void free_async_nothrow(void* ptr, cudaStream_t stream, int device) noexcept {
   if (ptr == nullptr) return;
   const stream_device_guard_nothrow on(stream, device);
-  (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaFreeAsync(ptr, stream));
+  (void)CUSCOPE_DETAIL_CLEANUP(cudaFreeAsync(ptr, stream), "device memory of a pool", ptr);
 }
 
 /// What memory_pool and memory_pool_ref share: every query and operation on a pool handle.
@@ -463,7 +463,8 @@ class memory_pool : public detail::pool_base<memory_pool> {
   }
 
   void destroy() noexcept {
-    if (handle_ != nullptr) (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaMemPoolDestroy(handle_));
+    if (handle_ != nullptr)
+      (void)CUSCOPE_DETAIL_CLEANUP(cudaMemPoolDestroy(handle_), "cuscope::memory_pool", handle_);
     handle_ = nullptr;
   }
 

@@ -115,7 +115,8 @@ class pinned_buffer {
 
  private:
   void free() noexcept {
-    if (data_ != nullptr) (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaFreeHost(data_));
+    if (data_ != nullptr)
+      (void)CUSCOPE_DETAIL_CLEANUP(cudaFreeHost(data_), "cuscope::pinned_buffer", data_);
     data_ = nullptr;
     size_ = 0;
   }

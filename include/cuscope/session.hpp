@@ -179,7 +179,8 @@ class session {
     if (!finished_) {
       try {
         (void)finish_impl(false);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw
+      } catch (...) {  // a callback (on_finish, leak_sink) threw
+        CUSCOPE_DETAIL_CLEANUP_CAUGHT("session::finish", "cuscope::session", this);
       }
     }
     // A restore that failed in finish() gets one more try.
@@ -286,8 +287,9 @@ class session {
     std::uint64_t value = *saved_threshold_ == std::numeric_limits<std::size_t>::max()
                               ? std::numeric_limits<std::uint64_t>::max()
                               : static_cast<std::uint64_t>(*saved_threshold_);
-    if (CUSCOPE_CUDA_TRY_NOTHROW(cudaMemPoolSetAttribute(
-            pool_.get(), cudaMemPoolAttrReleaseThreshold, &value)) == cudaSuccess)
+    if (CUSCOPE_DETAIL_CLEANUP(
+            cudaMemPoolSetAttribute(pool_.get(), cudaMemPoolAttrReleaseThreshold, &value),
+            "cuscope::session", this))
       saved_threshold_.reset();
   }
 
@@ -360,7 +362,15 @@ class session {
     if (parent_ != nullptr) parent_->observe(report_.peak_used_bytes, report_.peak_reserved_bytes);
     ledger_->release();  // buffers that leaked keep the ledger alive for themselves
     ledger_ = nullptr;
-    if (error && may_throw) std::rethrow_exception(error);
+    if (error) {
+      if (may_throw) std::rethrow_exception(error);
+      // From the destructor: the steps' failure is reported, and the report is still handed on.
+      try {
+        std::rethrow_exception(error);
+      } catch (...) {
+        CUSCOPE_DETAIL_CLEANUP_CAUGHT("session::finish", "cuscope::session", this);
+      }
+    }
     if (options_.on_finish) options_.on_finish(report_);
     if (report_.leaked()) on_leak(may_throw);
     return report_;

@@ -214,7 +214,8 @@ class stream {
 
   void destroy() noexcept {
     // cudaStreamDestroy does not depend on the current device.
-    if (stream_ != nullptr) (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaStreamDestroy(stream_));
+    if (stream_ != nullptr)
+      (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamDestroy(stream_), "cuscope::stream", stream_);
     stream_ = nullptr;
   }
 
