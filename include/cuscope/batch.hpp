@@ -24,6 +24,7 @@
 #include "device_buffer.hpp"
 #include "device_span.hpp"
 #include "error.hpp"
+#include "event.hpp"
 #include "memory_pool.hpp"
 #include "pinned_buffer.hpp"
 #include "stream.hpp"
@@ -225,35 +226,6 @@ class batch {
 
 namespace detail {
 
-/// An owning CUDA event without timing, for ordering only.
-class order_event {
- public:
-  order_event() noexcept = default;
-  explicit order_event(const std::string& owner) {
-    CUSCOPE_DETAIL_TRY_FOR(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), owner);
-  }
-  order_event(const order_event&) = delete;
-  order_event& operator=(const order_event&) = delete;
-  order_event(order_event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
-  order_event& operator=(order_event&& other) noexcept {
-    if (this != &other) {
-      destroy();
-      event_ = std::exchange(other.event_, nullptr);
-    }
-    return *this;
-  }
-  ~order_event() { destroy(); }
-  cudaEvent_t get() const noexcept { return event_; }
-
- private:
-  void destroy() noexcept {
-    if (event_ != nullptr)
-      (void)CUSCOPE_DETAIL_CLEANUP(cudaEventDestroy(event_), "a batch ordering event", event_);
-    event_ = nullptr;
-  }
-  cudaEvent_t event_ = nullptr;
-};
-
 /// Whether count elements at p can be copied without staging: page-locked host memory, device
 /// or managed memory.
 inline bool is_dma_ready(const void* p, std::size_t bytes) noexcept {
@@ -425,15 +397,16 @@ class batch_range {
  private:
   enum class source_kind { staged, direct, produced };
 
-  // Everything one batch in flight needs. Batch k uses slot k % depth.
+  // Everything one batch in flight needs. Batch k uses slot k % depth. Made with the pool's
+  // device current: the events are that device's.
   struct slot {
     device_buffer<T> in;                // the batch on the device
     pinned_buffer<T> staging;           // its page-locked copy (not for direct sources)
     device_buffer<out_t> out;           // its results on the device
     pinned_buffer<out_t> out_staging;   // their page-locked copy
-    detail::order_event loaded;         // copy stream: the batch is on the device
-    detail::order_event consumed;       // user's stream: the work on the batch is done
-    detail::order_event unloaded;       // results stream: the results are in out_staging
+    event loaded;                       // copy stream: the batch is on the device
+    event consumed;                     // user's stream: the work on the batch is done
+    std::optional<event> unloaded;      // results stream: the results are in out_staging
     bool was_loaded = false;            // loaded has been recorded
     bool was_consumed = false;          // consumed has been recorded
     bool was_unloaded = false;          // unloaded has been recorded
@@ -488,7 +461,7 @@ class batch_range {
       so.device = pool_.device();
       copy_.emplace(so);
       if (has_output) results_.emplace(so);
-      final_ = detail::order_event(describe());
+      final_.emplace();
       allocate(options);
     } catch (...) {
       release();
@@ -598,7 +571,6 @@ class batch_range {
     const std::size_t elements = largest * sample_elements_;
     const std::size_t results = has_output ? out_count(largest) : 0;
     slots_.reserve(n);
-    const std::string owner = describe();
     for (std::size_t i = 0; i < n; ++i) {
       slot s;
       s.in = device_buffer<T>(*copy_, elements, pool_);
@@ -606,10 +578,8 @@ class batch_range {
       if (has_output) {
         s.out = device_buffer<out_t>(*copy_, results, pool_);
         s.out_staging = pinned_buffer<out_t>(results);
-        s.unloaded = detail::order_event(owner);
+        s.unloaded.emplace();
       }
-      s.loaded = detail::order_event(owner);
-      s.consumed = detail::order_event(owner);
       slots_.push_back(std::move(s));
     }
   }
@@ -653,7 +623,7 @@ class batch_range {
     const T* from = kind_ == source_kind::produced ? nullptr : host_ + first * sample_elements_;
     if (kind_ != source_kind::direct) {
       // The host refills the staging buffer only after its previous copy has read it.
-      if (s.was_loaded) CUSCOPE_DETAIL_TRY_FOR(cudaEventSynchronize(s.loaded.get()), describe());
+      if (s.was_loaded) s.loaded.synchronize();
       if (kind_ == source_kind::produced) {
         produce_(first, samples, s.staging.data());
       } else {
@@ -662,12 +632,11 @@ class batch_range {
       from = s.staging.data();
     }
     // The device buffer is refilled only after the user's stream has finished with it.
-    if (s.was_consumed)
-      CUSCOPE_DETAIL_TRY_FOR(cudaStreamWaitEvent(copy_->get(), s.consumed.get(), 0), describe());
+    if (s.was_consumed) copy_->wait(s.consumed);
     CUSCOPE_DETAIL_TRY_FOR(
         cudaMemcpyAsync(s.in.data(), from, elements * sizeof(T), cudaMemcpyDefault, copy_->get()),
         describe());
-    CUSCOPE_DETAIL_TRY_FOR(cudaEventRecord(s.loaded.get(), copy_->get()), describe());
+    s.loaded.record(*copy_);
     s.was_loaded = true;
   }
 
@@ -675,9 +644,9 @@ class batch_range {
   // buffer is reused, for the copy of the previous results out of it).
   void present(std::size_t k) {
     slot& s = slot_of(k);
-    CUSCOPE_DETAIL_TRY_FOR(cudaStreamWaitEvent(stream_, s.loaded.get(), 0), describe());
-    if (has_output && s.was_unloaded)
-      CUSCOPE_DETAIL_TRY_FOR(cudaStreamWaitEvent(stream_, s.unloaded.get(), 0), describe());
+    const stream_ref user(stream_);
+    user.wait(s.loaded);
+    if (has_output && s.was_unloaded) user.wait(*s.unloaded);
     const std::size_t samples = samples_in(k);
     batch<T, Out> b;
     b.data_ = s.in.data();
@@ -699,18 +668,18 @@ class batch_range {
   // its results back on the results stream.
   void hand_back(std::size_t k) {
     slot& s = slot_of(k);
-    CUSCOPE_DETAIL_TRY_FOR(cudaEventRecord(s.consumed.get(), stream_), describe());
+    s.consumed.record(stream_ref(stream_));
     s.was_consumed = true;
     if constexpr (has_output) {
       if (s.pending_result != none) drain(s);
-      CUSCOPE_DETAIL_TRY_FOR(cudaStreamWaitEvent(results_->get(), s.consumed.get(), 0), describe());
+      results_->wait(s.consumed);
       const std::size_t n = out_count(samples_in(k));
       if (n != 0)
         CUSCOPE_DETAIL_TRY_FOR(
             cudaMemcpyAsync(s.out_staging.data(), s.out.data(), n * sizeof(out_t),
                             cudaMemcpyDefault, results_->get()),
             describe());
-      CUSCOPE_DETAIL_TRY_FOR(cudaEventRecord(s.unloaded.get(), results_->get()), describe());
+      s.unloaded->record(*results_);
       s.was_unloaded = true;
       s.pending_result = k;
     }
@@ -718,7 +687,7 @@ class batch_range {
 
   // Copies the results waiting in s's staging buffer to their place in the host output.
   void drain(slot& s) {
-    CUSCOPE_DETAIL_TRY_FOR(cudaEventSynchronize(s.unloaded.get()), describe());
+    s.unloaded->synchronize();
     const std::size_t k = s.pending_result;
     const std::size_t n = out_count(samples_in(k));
     if (n != 0) std::memcpy(out_data_ + out_offset(k), s.out_staging.data(), n * sizeof(out_t));
@@ -760,11 +729,15 @@ class batch_range {
     if (started_) {
       // Everything enqueued so far on the user's stream may read the buffers: the frees wait
       // for it. Without the event, wait for the stream itself.
-      bool ordered = CUSCOPE_DETAIL_CLEANUP(cudaEventRecord(final_.get(), stream_),
-                                            "cuscope::batch_range", this);
-      ordered =
-          ordered && CUSCOPE_DETAIL_CLEANUP(cudaStreamWaitEvent(copy_->get(), final_.get(), 0),
-                                            "cuscope::batch_range", this);
+      bool ordered = false;
+      try {
+        final_->record(stream_ref(stream_));
+        copy_->wait(*final_);
+        ordered = true;
+      } catch (...) {
+        CUSCOPE_DETAIL_CLEANUP_CAUGHT("batch_range: ordering the release after the user's stream",
+                                      "cuscope::batch_range", this);
+      }
       if (!ordered)
         (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(stream_), "cuscope::batch_range", this);
     }
@@ -780,7 +753,7 @@ class batch_range {
     // around the loop to see the memory back in the pool.
     (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(copy_->get()), "cuscope::batch_range", this);
     slots_.clear();
-    final_ = detail::order_event();
+    final_.reset();
     results_.reset();
     copy_.reset();
   }
@@ -834,7 +807,7 @@ class batch_range {
   std::size_t out_per_batch_ = 0;
   std::optional<cuscope::stream> copy_;     // the copies to the device
   std::optional<cuscope::stream> results_;  // the copies of results back to the host
-  detail::order_event final_;
+  std::optional<event> final_;              // the user's stream: the frees wait for it
   std::vector<slot> slots_;
   batch<T, Out> view_;
   std::size_t current_ = 0;

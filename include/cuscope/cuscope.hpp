@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief The whole core of cuscope: errors, devices, streams, pools, buffers, batches, sessions
-/// and reports. Thrust support is separate, in <cuscope/thrust.hpp>.
+/// @brief The whole core of cuscope: errors, devices, streams, events, pools, buffers, batches,
+/// sessions and reports. Thrust support is separate, in <cuscope/thrust.hpp>.
 #pragma once
 
 #include "batch.hpp"
@@ -9,6 +9,7 @@
 #include "device_buffer.hpp"
 #include "device_span.hpp"
 #include "error.hpp"
+#include "event.hpp"
 #include "memory_pool.hpp"
 #include "pinned_buffer.hpp"
 #include "report.hpp"

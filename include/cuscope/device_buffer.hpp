@@ -16,6 +16,7 @@
 #include "detail/ledger.hpp"
 #include "device_span.hpp"
 #include "error.hpp"
+#include "event.hpp"
 #include "memory_pool.hpp"
 #include "stream.hpp"
 
@@ -33,39 +34,6 @@ struct is_contiguous_of<
     R, T, std::void_t<decltype(std::declval<R&>().data()), decltype(std::declval<R&>().size())>>
     : std::is_same<std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<R&>().data())>>,
                    T> {};
-
-/// The device of stream; for a default stream handle (or without cudaStreamGetDevice), device.
-inline int stream_device(stream_ref stream, int device) {
-#if CUSCOPE_HAS_STREAM_GET_DEVICE
-  if (!is_default_stream(stream.get())) {
-    CUSCOPE_DETAIL_TRY_FOR(cudaStreamGetDevice(stream.get(), &device), stream.describe());
-  }
-#endif
-  return device;
-}
-
-/// Makes later wait, in stream order, for the work enqueued on earlier so far. Default stream
-/// handles name the default streams of device. The event is made on earlier's device, as CUDA
-/// records an event only on a stream of its own device. Enqueued on both; does not synchronize.
-inline void order_after(stream_ref later, stream_ref earlier, int device) {
-  if (later == earlier) return;
-  const scoped_device on(stream_device(earlier, device));
-  cudaEvent_t event = nullptr;
-  CUSCOPE_DETAIL_TRY_FOR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
-                         earlier.describe());
-  cudaError_t status = cudaEventRecord(event, earlier.get());
-  if (status == cudaSuccess) {
-    try {
-      const stream_device_guard on_later(later.get(), device);
-      status = cudaStreamWaitEvent(later.get(), event, 0);
-    } catch (...) {
-      (void)CUSCOPE_DETAIL_CLEANUP(cudaEventDestroy(event), "an ordering event", event);
-      throw;
-    }
-  }
-  (void)CUSCOPE_DETAIL_CLEANUP(cudaEventDestroy(event), "an ordering event", event);
-  CUSCOPE_DETAIL_TRY_FOR(status, later.describe() + " waiting for " + earlier.describe());
-}
 
 }  // namespace detail
 

@@ -18,8 +18,15 @@
 namespace cuscope {
 
 class stream;
+class event_ref;
 
 namespace detail {
+
+/// After a query returned cudaErrorNotReady: clears it where the runtime left it as the thread's
+/// last error (a GPU does; frameworks clear it likewise), and leaves any other pending error.
+inline void clear_not_ready() noexcept {
+  if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+}
 
 // Types such as cuda::stream_ref and cuscope's own that hand out a cudaStream_t through get().
 template <class S, class = void>
@@ -72,13 +79,26 @@ class stream_ref {
   /// @throws cuda_error when the stream or work on it failed.
   void synchronize() const { CUSCOPE_DETAIL_TRY_FOR(cudaStreamSynchronize(stream_), describe()); }
 
-  /// @brief True when all work enqueued on the stream has completed. Does not block.
+  /// @brief True when all work enqueued on the stream has completed. Does not block. A
+  /// cudaErrorNotReady that the query leaves as the thread's last error is cleared; any other
+  /// pending error stays.
   [[nodiscard]] bool ready() const {
     const cudaError_t status = cudaStreamQuery(stream_);
-    if (status == cudaErrorNotReady) return false;
+    if (status == cudaErrorNotReady) {
+      detail::clear_not_ready();
+      return false;
+    }
     CUSCOPE_DETAIL_TRY_FOR(status, describe());
     return true;
   }
+
+  /// @brief Makes the work enqueued on this stream from now on wait for event (recorded on any
+  /// stream, of any device). Enqueued; does not synchronize. Defined in <cuscope/event.hpp>.
+  void wait(event_ref event) const;
+  /// @brief Makes the work enqueued on this stream from now on wait for the work enqueued on
+  /// other so far, through an event recorded on other. Enqueued on both; does not synchronize.
+  /// Defined in <cuscope/event.hpp>.
+  void wait(stream_ref other) const;
 
 #if CUSCOPE_HAS_STREAM_GET_DEVICE
   /// @brief The device the stream belongs to.
@@ -207,6 +227,10 @@ class stream {
   void synchronize() const { ref().synchronize(); }
   /// @brief True when all work enqueued on the stream has completed. Does not block.
   [[nodiscard]] bool ready() const { return ref().ready(); }
+  /// @brief See stream_ref::wait(event_ref). Enqueued; does not synchronize.
+  void wait(event_ref event) const;
+  /// @brief See stream_ref::wait(stream_ref). Enqueued on both; does not synchronize.
+  void wait(stream_ref other) const;
 
  private:
   stream(cudaStream_t handle, int device, unsigned flags) noexcept
@@ -225,4 +249,20 @@ class stream {
   int priority_ = 0;
 };
 
+namespace detail {
+
+/// The device of stream; for a default stream handle (or without cudaStreamGetDevice), device.
+inline int stream_device(stream_ref stream, int device) {
+#if CUSCOPE_HAS_STREAM_GET_DEVICE
+  if (!is_default_stream(stream.get())) {
+    CUSCOPE_DETAIL_TRY_FOR(cudaStreamGetDevice(stream.get(), &device), stream.describe());
+  }
+#endif
+  return device;
+}
+
+}  // namespace detail
 }  // namespace cuscope
+
+// stream_ref::wait is defined with the events it waits for.
+#include "event.hpp"  // IWYU pragma: export
