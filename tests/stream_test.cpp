@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <cuscope/stream.hpp>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <type_traits>
@@ -8,7 +9,7 @@
 #include "test_support.hpp"
 
 #if __has_include(<cuda/stream_ref>)
-#  include <cuda/stream_ref>
+#  include <cuscope/cuda_stream_ref.hpp>
 #  define CUSCOPE_TEST_HAVE_CUDA_STREAM_REF 1
 #endif
 
@@ -36,7 +37,8 @@ static_assert(!std::is_convertible_v<stream, stream_ref>);
 
 namespace {
 
-// Another library's stream reference, shaped like cuda::stream_ref.
+// Another library's stream reference, shaped like cuda::stream_ref but named by no interop
+// header: having get() and a constructor from cudaStream_t is not enough to convert.
 class foreign_stream_ref {
  public:
   foreign_stream_ref(cudaStream_t s) : s_(s) {}  // NOLINT: implicit, like cuda::stream_ref
@@ -45,6 +47,18 @@ class foreign_stream_ref {
  private:
   cudaStream_t s_;
 };
+
+struct stream_deleter {
+  void operator()(cudaStream_t s) const noexcept { (void)cudaStreamDestroy(s); }
+};
+using owning_stream_ptr = std::unique_ptr<CUstream_st, stream_deleter>;
+
+// `owning_stream_ptr p = ref;` would take ownership of a borrowed stream: it must not compile.
+// (Explicit construction from the raw handle stays possible, as for any cudaStream_t.)
+static_assert(!std::is_convertible_v<stream_ref, owning_stream_ptr>);
+static_assert(!std::is_convertible_v<const owning_stream_ptr&, stream_ref>);
+static_assert(!std::is_convertible_v<stream_ref, foreign_stream_ref>);
+static_assert(!std::is_convertible_v<foreign_stream_ref, stream_ref>);
 
 }  // namespace
 
@@ -127,7 +141,7 @@ TEST_CASE("stream: a stream made for another device leaves the current device al
 #endif
 }
 
-TEST_CASE("stream_ref: it names default streams and converts to and from other references",
+TEST_CASE("stream_ref: it names default streams and converts to and from cudaStream_t",
           "[stream]") {
   device_guard device;
   CHECK(stream_ref::legacy().get() == cudaStreamLegacy);
@@ -137,17 +151,21 @@ TEST_CASE("stream_ref: it names default streams and converts to and from other r
   const stream_ref r = s;
   CHECK(r.get() == s.get());
   CHECK(r == stream_ref(s.get()));
-  const foreign_stream_ref foreign = r;
+  const cudaStream_t raw = r;
+  CHECK(raw == s.get());
+  const foreign_stream_ref foreign(r.get());  // explicitly, through the raw handle
   CHECK(foreign.get() == s.get());
-  const stream_ref back = foreign;
-  CHECK(back == r);
   r.synchronize();
   CHECK(r.ready());
   CHECK_THAT(r.describe(), contains("stream 0x"));
 }
 
 #if defined(CUSCOPE_TEST_HAVE_CUDA_STREAM_REF)
-TEST_CASE("stream_ref: it converts to and from cuda::stream_ref", "[stream]") {
+static_assert(std::is_convertible_v<stream_ref, cuda::stream_ref>);
+static_assert(std::is_convertible_v<cuda::stream_ref, stream_ref>);
+
+TEST_CASE("stream_ref: with <cuscope/cuda_stream_ref.hpp> it converts to and from cuda::stream_ref",
+          "[stream]") {
   device_guard device;
   stream s;
   const cuda::stream_ref theirs = s.ref();

@@ -28,6 +28,7 @@
 #include <cuda/memory_resource>
 #include <cuda/stream_ref>
 
+#include "cuda_stream_ref.hpp"
 #include "device.hpp"
 #include "error.hpp"
 #include "memory_pool.hpp"

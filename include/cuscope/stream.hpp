@@ -28,20 +28,20 @@ inline void clear_not_ready() noexcept {
   if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
 }
 
-// Types such as cuda::stream_ref and cuscope's own that hand out a cudaStream_t through get().
-template <class S, class = void>
-struct has_stream_get : std::false_type {};
+/// Whether stream_ref converts to and from S, another library's stream reference with get() and
+/// a constructor from cudaStream_t. False unless an interop header says otherwise: nothing
+/// converts merely because it has a get() (a std::unique_ptr<CUstream_st, D> does, and would
+/// take ownership of a borrowed stream).
 template <class S>
-struct has_stream_get<S, std::void_t<decltype(std::declval<const S&>().get())>>
-    : std::is_same<decltype(std::declval<const S&>().get()), cudaStream_t> {};
+struct stream_interop : std::false_type {};
 
 }  // namespace detail
 
 /// @brief A non-owning handle to a CUDA stream. Trivially copyable; every member is noexcept.
 ///
-/// Implicitly constructible from a cudaStream_t and from stream-reference types of other
-/// libraries that expose get() (such as cuda::stream_ref), and convertible to them. A literal 0
-/// or nullptr does not convert: name the legacy default stream with stream_ref::legacy().
+/// Implicitly constructible from a cudaStream_t and convertible to one. A literal 0 or nullptr
+/// does not convert: name the legacy default stream with stream_ref::legacy(). Conversions to and
+/// from cuda::stream_ref come with <cuscope/cuda_stream_ref.hpp>.
 class stream_ref {
  public:
   /// @brief Refers to stream.
@@ -49,18 +49,13 @@ class stream_ref {
   stream_ref(int) = delete;
   stream_ref(std::nullptr_t) = delete;
 
-  /// @brief Refers to the stream another library's stream reference names.
-  template <class S, std::enable_if_t<detail::has_stream_get<S>::value &&
-                                          !std::is_same_v<std::decay_t<S>, stream_ref> &&
-                                          !std::is_same_v<std::decay_t<S>, stream>,
-                                      int> = 0>
+  /// @brief Refers to the stream another library's reference names, for the types that an
+  /// interop header enables (cuda::stream_ref with <cuscope/cuda_stream_ref.hpp>).
+  template <class S, std::enable_if_t<detail::stream_interop<S>::value, int> = 0>
   constexpr stream_ref(const S& other) noexcept : stream_(other.get()) {}  // NOLINT: implicit
 
-  /// @brief Converts to another library's stream reference constructible from a cudaStream_t.
-  template <class S, std::enable_if_t<detail::has_stream_get<S>::value &&
-                                          std::is_constructible_v<S, cudaStream_t> &&
-                                          !std::is_same_v<S, stream_ref>,
-                                      int> = 0>
+  /// @brief Converts to another library's stream reference that an interop header enables.
+  template <class S, std::enable_if_t<detail::stream_interop<S>::value, int> = 0>
   constexpr operator S() const noexcept {  // NOLINT: implicit
     return S(stream_);
   }
