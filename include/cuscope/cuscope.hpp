@@ -6,6 +6,7 @@
 
 #include "batch.hpp"
 #include "device.hpp"
+#include "device_allocation.hpp"
 #include "device_buffer.hpp"
 #include "device_span.hpp"
 #include "error.hpp"

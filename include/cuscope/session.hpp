@@ -24,6 +24,7 @@
 #include "detail/format.hpp"
 #include "detail/ledger.hpp"
 #include "device.hpp"
+#include "device_allocation.hpp"
 #include "device_buffer.hpp"
 #include "error.hpp"
 #include "memory_pool.hpp"
@@ -203,7 +204,8 @@ class session {
     if (finished_)
       throw std::logic_error("cuscope::session '" + options_.name +
                              "': make_buffer after the session finished");
-    return device_buffer<T>(stream, count, pool_, ledger_);
+    return device_buffer<T>(device_allocation(
+        stream, detail::bytes_of<T>(count, "cuscope::device_buffer"), pool_, ledger_));
   }
 
   /// @brief Ends the session: synchronizes, counts leaks, restores the release threshold, trims,

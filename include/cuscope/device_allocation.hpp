@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief device_allocation: the untyped owner of one allocation from a pool, freed in stream
+/// order. device_buffer<T> is its typed layer.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "detail/format.hpp"
+#include "detail/ledger.hpp"
+#include "error.hpp"
+#include "event.hpp"
+#include "memory_pool.hpp"
+#include "stream.hpp"
+
+namespace cuscope {
+
+/// @brief bytes of device memory from a pool, allocated on a stream and freed on that stream
+/// when the object is destroyed: the pointer, its size, the stream, the pool and its device, and
+/// optionally the session that counts it.
+///
+/// Move-only; a moved-from or released allocation is empty. A zero-byte allocation holds no
+/// memory but remembers its stream and pool. The rules of device_buffer<T> on streams (the free
+/// is ordered on stream() only) and on default stream handles (they name the default stream of
+/// the pool's device) are this class's.
+class device_allocation {
+ public:
+  /// @brief An empty allocation, with no pool.
+  device_allocation() noexcept = default;
+
+  /// @brief bytes from pool, usable in stream order on stream. Enqueued on stream; does not
+  /// synchronize.
+  /// @throws out_of_memory when the pool cannot provide it.
+  device_allocation(stream_ref stream, std::size_t bytes, memory_pool_ref pool)
+      : device_allocation(stream, bytes, pool, nullptr) {}
+
+  /// @brief As device_allocation(stream, bytes, pool), counted by accounting (the live
+  /// allocations of a session and its parents) until it is freed or released; nullptr counts
+  /// nothing. This is how session::make_buffer makes what it counts.
+  /// @throws out_of_memory when a session's budget or the pool refuses.
+  device_allocation(stream_ref stream, std::size_t bytes, memory_pool_ref pool,
+                    detail::ledger* accounting)
+      : stream_(stream.get()) {
+    set_pool(pool);
+    if (bytes == 0) return;
+    if (accounting != nullptr) accounting->charge(bytes);
+    try {
+      data_ = pool.allocate(stream, bytes);
+    } catch (...) {
+      if (accounting != nullptr) accounting->discharge(bytes);
+      throw;
+    }
+    bytes_ = bytes;
+    ledger_ = accounting;
+  }
+
+  /// @brief Takes ownership of ptr, bytes allocated from pool on stream (for instance by
+  /// cudaMallocFromPoolAsync, or released by another owner). It will be freed on stream.
+  [[nodiscard]] static device_allocation adopt(stream_ref stream, void* ptr, std::size_t bytes,
+                                               memory_pool_ref pool) noexcept {
+    device_allocation a;
+    a.data_ = ptr;
+    a.bytes_ = ptr == nullptr ? 0 : bytes;
+    a.stream_ = stream.get();
+    a.set_pool(pool);
+    return a;
+  }
+
+  device_allocation(const device_allocation&) = delete;
+  device_allocation& operator=(const device_allocation&) = delete;
+
+  /// @brief Takes other's memory; other is left empty.
+  device_allocation(device_allocation&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)),
+        bytes_(std::exchange(other.bytes_, 0)),
+        stream_(other.stream_),
+        pool_(std::exchange(other.pool_, nullptr)),
+        device_(other.device_),
+        max_bytes_(other.max_bytes_),
+        retry_(other.retry_),
+        ledger_(std::exchange(other.ledger_, nullptr)) {}
+
+  /// @brief Frees this allocation's memory and takes other's; other is left empty.
+  device_allocation& operator=(device_allocation&& other) noexcept {
+    if (this != &other) {
+      free();
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+      stream_ = other.stream_;
+      pool_ = std::exchange(other.pool_, nullptr);
+      device_ = other.device_;
+      max_bytes_ = other.max_bytes_;
+      retry_ = other.retry_;
+      ledger_ = std::exchange(other.ledger_, nullptr);
+    }
+    return *this;
+  }
+
+  /// @brief Frees the memory on the allocation's stream; never throws (a failure goes to the
+  /// cleanup handler).
+  ~device_allocation() { free(); }
+
+  /// @brief Gives up ownership: the caller frees the returned pointer (on stream(), from
+  /// pool()). Leaves this empty. An allocation a session counted is no longer counted by it.
+  [[nodiscard]] void* release() noexcept {
+    if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge(bytes_);
+    bytes_ = 0;
+    return std::exchange(data_, nullptr);
+  }
+
+  /// @brief The device pointer; nullptr when empty.
+  [[nodiscard]] void* get() const noexcept { return data_; }
+  /// @brief The number of bytes.
+  [[nodiscard]] std::size_t size_bytes() const noexcept { return bytes_; }
+  /// @brief True when the allocation holds no memory.
+  [[nodiscard]] bool empty() const noexcept { return data_ == nullptr; }
+  /// @brief The stream the memory is freed on.
+  [[nodiscard]] stream_ref stream() const noexcept { return stream_ref(stream_); }
+  /// @brief The device of the pool.
+  [[nodiscard]] int device() const noexcept { return device_; }
+  /// @brief Whether a pool was given (false for a default-constructed or moved-from one).
+  [[nodiscard]] bool has_pool() const noexcept { return pool_ != nullptr; }
+  /// @brief The pool the memory came from.
+  /// @throws std::logic_error for a default-constructed or moved-from allocation.
+  [[nodiscard]] memory_pool_ref pool() const {
+    if (pool_ == nullptr)
+      throw std::logic_error(
+          "cuscope::device_allocation: the allocation has no pool (empty or moved-from)");
+    return memory_pool_ref(pool_, device_, max_bytes_, retry_);
+  }
+
+  /// @brief A new allocation of bytes from the same pool on stream, counted by the same session.
+  /// Enqueued on stream; does not synchronize.
+  /// @throws std::logic_error without a pool; out_of_memory.
+  [[nodiscard]] device_allocation allocate_like(stream_ref stream, std::size_t bytes) const {
+    return device_allocation(stream, bytes, pool(), ledger_);
+  }
+
+  /// @brief Makes stream the one the memory is freed on. The new stream waits, in stream order,
+  /// for the work enqueued so far on the old one. Enqueued; does not synchronize.
+  void set_stream(stream_ref stream) {
+    if (data_ != nullptr) detail::order_after(stream, stream_ref(stream_), device_);
+    stream_ = stream.get();
+  }
+
+ private:
+  void set_pool(const memory_pool_ref& pool) noexcept {
+    pool_ = pool.get();
+    device_ = pool.device();
+    max_bytes_ = pool.max_bytes();
+    retry_ = pool.retries_after_trim();
+  }
+
+  void free() noexcept {
+    if (data_ != nullptr) {
+      // cudaFreeAsync is ordered by the stream, whatever device is current; only a default stream
+      // handle needs the pool's device to name the stream the memory was used on.
+      detail::free_async_nothrow(data_, stream_, device_);
+      if (ledger_ != nullptr) ledger_->discharge(bytes_);
+    }
+    data_ = nullptr;
+    bytes_ = 0;
+    ledger_ = nullptr;
+  }
+
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cudaMemPool_t pool_ = nullptr;
+  int device_ = 0;
+  std::size_t max_bytes_ = 0;
+  bool retry_ = false;
+  detail::ledger* ledger_ = nullptr;
+};
+
+}  // namespace cuscope
