@@ -19,6 +19,7 @@
 #include <cuscope/stream.hpp>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -722,6 +723,36 @@ TEST_CASE("batch: a moved range carries on where it was", "[batch]") {
     jobs[at->index()].sum = &sums[at->index()];
     enqueue_work(*at, jobs[at->index()], tmp, 0);
   }
+  s.synchronize();
+  for (std::size_t k = 0; k < 10; ++k)
+    CHECK(sums[k] == sum_of(data.data() + 10 * k, 10));
+}
+
+TEST_CASE("batch: iterators survive a move of the range, which keeps their position", "[batch]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  const std::vector<value_t> data = make_source(100);
+  std::vector<result_t> sums(10, -1);
+  std::vector<job> jobs(10);
+  scratch tmp(data.size(), 0);
+  auto first = batches(s, data, 10, pool);
+  auto it = first.begin();
+  jobs[0].sum = &sums[0];
+  enqueue_work(*it, jobs[0], tmp, 0);
+  ++it;
+  const auto moved = std::make_unique<batch_range<value_t>>(std::move(first));
+  CHECK(first.finished());  // NOLINT(bugprone-use-after-move): the moved-from state
+  CHECK(first.batch_count() == 0);
+  first.finish();  // nothing to do
+  // The iterator taken before the move goes on through the moved range, from where it was.
+  CHECK(it->index() == 1);
+  CHECK(it != moved->end());
+  for (; it != moved->end(); ++it) {
+    jobs[it->index()].sum = &sums[it->index()];
+    enqueue_work(*it, jobs[it->index()], tmp, 0);
+  }
+  CHECK(moved->finished());
   s.synchronize();
   for (std::size_t k = 0; k < 10; ++k)
     CHECK(sums[k] == sum_of(data.data() + 10 * k, 10));

@@ -8,25 +8,19 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
-#include <cstring>
-#include <exception>
 #include <functional>
 #include <iterator>
 #include <limits>
-#include <optional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
-#include "device.hpp"
-#include "device_buffer.hpp"
+#include "detail/batch_pipeline.hpp"
+#include "detail/batch_plan.hpp"
 #include "device_span.hpp"
-#include "error.hpp"
-#include "event.hpp"
 #include "memory_pool.hpp"
-#include "pinned_buffer.hpp"
 #include "stream.hpp"
 
 namespace cuscope {
@@ -190,59 +184,34 @@ class batch {
   batch() noexcept = default;
 
   /// @brief The batch's elements on the device, read-only.
-  [[nodiscard]] device_span<const T> span() const noexcept { return {data_, size_}; }
+  [[nodiscard]] device_span<const T> span() const noexcept { return {v_.data, v_.size}; }
   /// @brief Position of the batch: 0 for the first.
-  [[nodiscard]] std::size_t index() const noexcept { return index_; }
+  [[nodiscard]] std::size_t index() const noexcept { return v_.index; }
   /// @brief Position of the first element in the source, in elements.
-  [[nodiscard]] std::size_t offset() const noexcept { return offset_; }
+  [[nodiscard]] std::size_t offset() const noexcept { return v_.offset; }
   /// @brief Number of elements (samples() x sample_elements; the last batch may be short).
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::size_t size() const noexcept { return v_.size; }
   /// @brief Position of the first sample in the source.
-  [[nodiscard]] std::size_t first_sample() const noexcept { return first_sample_; }
+  [[nodiscard]] std::size_t first_sample() const noexcept { return v_.first_sample; }
   /// @brief Number of samples.
-  [[nodiscard]] std::size_t samples() const noexcept { return samples_; }
+  [[nodiscard]] std::size_t samples() const noexcept { return v_.samples; }
   /// @brief The stream on which the elements are ready: the stream given to batches().
-  [[nodiscard]] stream_ref stream() const noexcept { return stream_ref(stream_); }
+  [[nodiscard]] stream_ref stream() const noexcept { return stream_ref(v_.stream); }
   /// @brief Device memory for the batch's results, to be written in stream order on stream();
   /// the range copies it to its place in the host output after the iterator advances.
   template <class O = Out, std::enable_if_t<!std::is_void_v<O>, int> = 0>
   [[nodiscard]] device_span<O> output() const noexcept {
-    return {out_, out_size_};
+    return {v_.out, v_.out_size};
   }
 
  private:
-  friend class batch_range<T, Out>;
+  template <class, class, class>
+  friend class detail::batch_pipeline;
 
-  const T* data_ = nullptr;
-  std::size_t size_ = 0;
-  std::size_t index_ = 0;
-  std::size_t offset_ = 0;
-  std::size_t first_sample_ = 0;
-  std::size_t samples_ = 0;
-  cudaStream_t stream_ = nullptr;
-  out_t* out_ = nullptr;
-  std::size_t out_size_ = 0;
+  explicit batch(const detail::batch_view<T, out_t>& v) noexcept : v_(v) {}
+
+  detail::batch_view<T, out_t> v_;
 };
-
-namespace detail {
-
-/// Whether count elements at p can be copied without staging: page-locked host memory, device
-/// or managed memory.
-inline bool is_dma_ready(const void* p, std::size_t bytes) noexcept {
-  if (p == nullptr || bytes == 0) return false;
-  const auto ready = [](const void* q) {
-    cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, q) != cudaSuccess) {
-      (void)cudaGetLastError();  // older runtimes fail for pageable memory
-      return false;
-    }
-    return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeDevice ||
-           a.type == cudaMemoryTypeManaged;
-  };
-  return ready(p) && ready(static_cast<const unsigned char*>(p) + (bytes - 1));
-}
-
-}  // namespace detail
 
 /// @brief The range batches() returns: a single-pass (input) range of batch<T, Out> that owns
 /// its copy streams, events, page-locked staging and device buffers.
@@ -250,7 +219,9 @@ inline bool is_dma_ready(const void* p, std::size_t bytes) noexcept {
 /// The buffers (depth of each, for one batch) are allocated when the range is made; begin()
 /// starts copying the first depth batches. Batch k is handed out once the user's stream waits for
 /// its copy; advancing past it records an event on the user's stream after which its device
-/// buffer may be refilled (and its results copied back). Move-only; moving invalidates iterators.
+/// buffer may be refilled (and its results copied back). Move-only: the state lives in one
+/// pipeline object (detail/batch_pipeline.hpp) that the range owns, so a move keeps the
+/// iterators valid; a moved-from range is empty (finished, no batches, begin() == end()).
 /// Destruction never throws: it orders the release after every copy and after the work enqueued
 /// so far on the user's stream, waits for the range's own streams (and so for that work), and
 /// frees everything, also in the middle of the iteration or while an exception unwinds from the
@@ -259,14 +230,14 @@ template <class T, class Out = void>
 class batch_range {
   static_assert(std::is_trivially_copyable_v<T>, "batches of T need a trivially copyable T");
   using out_t = std::conditional_t<std::is_void_v<Out>, unsigned char, Out>;
-  static constexpr bool has_output = !std::is_void_v<Out>;
-  static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+  using pipeline = detail::batch_pipeline<T, Out, batch<T, Out>>;
 
  public:
   /// @brief What iterating yields.
   using value_type = batch<T, Out>;
 
-  /// @brief An input iterator over the batches; advancing it hands the previous batch back.
+  /// @brief An input iterator over the batches; advancing it hands the previous batch back. It
+  /// refers to the range's pipeline, not to the range object, so a move of the range keeps it.
   class iterator {
    public:
     using iterator_category = std::input_iterator_tag;  ///< Single pass.
@@ -278,18 +249,18 @@ class batch_range {
     /// @brief The end iterator.
     iterator() noexcept = default;
     /// @brief The current batch.
-    reference operator*() const noexcept { return range_->view_; }
+    reference operator*() const noexcept { return state_->view(); }
     /// @brief The current batch.
-    pointer operator->() const noexcept { return &range_->view_; }
+    pointer operator->() const noexcept { return &state_->view(); }
     /// @brief Hands the current batch back and moves to the next one (see batch_range).
     iterator& operator++() {
-      range_->advance();
+      state_->advance();
       return *this;
     }
     /// @brief As ++it, returning the batch it was on.
     value_type operator++(int) {
-      value_type previous = range_->view_;
-      range_->advance();
+      value_type previous = state_->view();
+      state_->advance();
       return previous;
     }
     /// @brief True when both are at the end, or neither is.
@@ -301,38 +272,30 @@ class batch_range {
 
    private:
     friend class batch_range;
-    explicit iterator(batch_range* range) noexcept : range_(range) {}
-    bool at_end() const noexcept { return range_ == nullptr || range_->done_; }
-    batch_range* range_ = nullptr;
+    explicit iterator(pipeline* state) noexcept : state_(state) {}
+    bool at_end() const noexcept { return state_ == nullptr || state_->done(); }
+    pipeline* state_ = nullptr;
   };
 
   batch_range(const batch_range&) = delete;
   batch_range& operator=(const batch_range&) = delete;
-
-  /// @brief Takes over other's buffers, streams and position; other becomes empty.
-  batch_range(batch_range&& other) noexcept : pool_(other.pool_) { take(other); }
+  /// @brief Takes over other's pipeline (its buffers, streams, position and iterators); other
+  /// becomes empty.
+  batch_range(batch_range&& other) noexcept = default;
   /// @brief Releases this range's resources (as the destructor does), then takes over other's.
-  batch_range& operator=(batch_range&& other) noexcept {
-    if (this != &other) {
-      release();
-      take(other);
-    }
-    return *this;
-  }
-
+  batch_range& operator=(batch_range&& other) noexcept = default;
   /// @brief Finishes the results (unless an exception is unwinding), then releases everything
   /// after the copies and the user's work so far; never throws.
-  ~batch_range() { release(); }
+  ~batch_range() = default;
 
   /// @brief Starts the copies of the first batches (on the first call) and returns an iterator
   /// on the current batch. Enqueued; does not synchronize.
+  /// A moved-from range has nothing to iterate: its begin() is its end().
   /// @throws cuda_error; whatever a producer throws.
   [[nodiscard]] iterator begin() {
-    if (!started_) {
-      started_ = true;
-      guarded([&] { start(); });
-    }
-    return iterator(this);
+    if (!state_) return iterator();
+    state_->begin();
+    return iterator(state_.get());
   }
   /// @brief The end iterator.
   [[nodiscard]] iterator end() noexcept { return iterator(); }
@@ -341,481 +304,76 @@ class batch_range {
   /// and every result of the batches handed out is copied into the host output. With an output,
   /// blocks until their work on the user's stream has completed; without one, does not block.
   /// A second call does nothing.
+  /// A moved-from range has nothing to finish.
   /// @throws cuda_error; std::logic_error after an iteration step failed.
   void finish() {
-    if (finished_) return;
-    if (failed_)
-      throw std::logic_error("cuscope::batches: finish() after a failed step of the iteration");
-    guarded([&] {
-      if (started_ && !done_) {
-        done_ = true;
-        hand_back(current_);
-      }
-      done_ = true;
-      drain_all();
-      finished_ = true;
-    });
+    if (state_) state_->finish();
   }
 
   /// @brief Batch size in samples: the one asked for, or the smaller one that adapt_to_memory
-  /// chose.
-  [[nodiscard]] std::size_t batch_size() const noexcept { return batch_size_; }
+  /// chose. 0 for a moved-from range, as are the other counts.
+  [[nodiscard]] std::size_t batch_size() const noexcept { return plan().batch_size(); }
   /// @brief The batch size asked for.
-  [[nodiscard]] std::size_t requested_batch_size() const noexcept { return requested_; }
+  [[nodiscard]] std::size_t requested_batch_size() const noexcept { return plan().requested(); }
   /// @brief True when adapt_to_memory made the batch size smaller than asked.
-  [[nodiscard]] bool adapted() const noexcept { return batch_size_ < requested_; }
+  [[nodiscard]] bool adapted() const noexcept { return batch_size() < requested_batch_size(); }
   /// @brief Number of batches.
-  [[nodiscard]] std::size_t batch_count() const noexcept { return batch_count_; }
+  [[nodiscard]] std::size_t batch_count() const noexcept { return plan().batch_count(); }
   /// @brief Number of samples in the source.
-  [[nodiscard]] std::size_t sample_count() const noexcept { return samples_; }
+  [[nodiscard]] std::size_t sample_count() const noexcept { return plan().samples(); }
   /// @brief Elements per sample.
-  [[nodiscard]] std::size_t sample_elements() const noexcept { return sample_elements_; }
+  [[nodiscard]] std::size_t sample_elements() const noexcept { return plan().sample_elements(); }
   /// @brief Batches in flight: depth buffers of each kind, fewer for fewer batches.
-  [[nodiscard]] std::size_t depth() const noexcept { return slots_.size(); }
+  [[nodiscard]] std::size_t depth() const noexcept { return state_ ? state_->depth() : 0; }
   /// @brief The user's stream.
   [[nodiscard]] stream_ref stream() const noexcept { return stream_ref(stream_); }
   /// @brief Whether the source is copied straight from its memory (page-locked or device),
   /// without a staging copy.
-  [[nodiscard]] bool direct() const noexcept { return kind_ == source_kind::direct; }
+  [[nodiscard]] bool direct() const noexcept { return state_ && state_->direct(); }
   /// @brief Device memory the range holds from the pool: depth x (batch + results) bytes.
   [[nodiscard]] std::size_t device_bytes() const noexcept {
-    std::size_t n = 0;
-    for (const slot& s : slots_)
-      n += s.in.size_bytes() + s.out.size_bytes();
-    return n;
+    return state_ ? state_->device_bytes() : 0;
   }
   /// @brief Page-locked host memory the range holds for staging batches and results.
   [[nodiscard]] std::size_t pinned_bytes() const noexcept {
-    std::size_t n = 0;
-    for (const slot& s : slots_)
-      n += s.staging.size_bytes() + s.out_staging.size_bytes();
-    return n;
+    return state_ ? state_->pinned_bytes() : 0;
   }
-  /// @brief Whether finish() has run, or the iteration reached its end.
-  [[nodiscard]] bool finished() const noexcept { return finished_; }
+  /// @brief Whether finish() has run, or the iteration reached its end; true for a moved-from
+  /// range.
+  [[nodiscard]] bool finished() const noexcept { return !state_ || state_->finished(); }
 
  private:
-  enum class source_kind { staged, direct, produced };
-
-  // Everything one batch in flight needs. Batch k uses slot k % depth. Made with the pool's
-  // device current: the events are that device's.
-  struct slot {
-    device_buffer<T> in;                // the batch on the device
-    pinned_buffer<T> staging;           // its page-locked copy (not for direct sources)
-    device_buffer<out_t> out;           // its results on the device
-    pinned_buffer<out_t> out_staging;   // their page-locked copy
-    event loaded;                       // copy stream: the batch is on the device
-    event consumed;                     // user's stream: the work on the batch is done
-    std::optional<event> unloaded;      // results stream: the results are in out_staging
-    bool was_loaded = false;            // loaded has been recorded
-    bool was_consumed = false;          // consumed has been recorded
-    bool was_unloaded = false;          // unloaded has been recorded
-    std::size_t pending_result = none;  // batch whose results wait in out_staging
-  };
-
   friend struct detail::batch_access;
 
   batch_range(stream_ref stream, const T* host, std::size_t elements,
-              std::function<void(std::size_t, std::size_t, T*)> produce, std::size_t batch_size,
-              memory_pool_ref pool, const batch_options& options, const batch_output<Out>* output)
-      : stream_(stream.get()),
-        pool_(pool),
-        host_(host),
-        produce_(std::move(produce)),
-        requested_(batch_size),
-        batch_size_(batch_size),
-        sample_elements_(options.sample_elements),
-        exceptions_at_entry_(std::uncaught_exceptions()) {
-    validate(elements, options);
-    samples_ = elements / sample_elements_;
-    if constexpr (has_output) {
-      out_data_ = output->data();
-      out_size_ = output->size();
-      out_per_sample_ = output->elements_per_sample();
-      out_per_batch_ = output->elements_per_batch();
-      check_output();
-    } else {
-      (void)output;
+              typename pipeline::producer produce, std::size_t batch_size, memory_pool_ref pool,
+              const batch_options& options, const batch_output<Out>* output)
+      : stream_(stream.get()) {
+    detail::batch_config c;
+    c.depth = options.depth;
+    c.sample_elements = options.sample_elements;
+    c.adapt_to_memory = options.adapt_to_memory;
+    c.min_batch = options.min_batch;
+    out_t* out_data = nullptr;
+    detail::batch_out_spec spec;
+    if constexpr (!std::is_void_v<Out>) {
+      out_data = output->data();
+      spec.size = output->size();
+      spec.per_sample = output->elements_per_sample();
+      spec.per_batch = output->elements_per_batch();
     }
-    batch_count_ = count_batches(batch_size_);
-    if (batch_count_ == 0) return;  // nothing to stage: no stream, no buffer
-    // The events are the pool's device's, and an event is recorded only on a stream of its own
-    // device: refused here rather than at the first step of the loop.
-    // A default stream handle names the default stream of whatever device is current when the
-    // range uses it, so that device must be the pool's.
-    const int stream_device = detail::is_default_stream(stream.get())
-                                  ? current_device()
-                                  : detail::stream_device(stream, pool_.device());
-    if (stream_device != pool_.device())
-      throw std::invalid_argument("cuscope::batches: " + stream.describe() + " belongs to device " +
-                                  std::to_string(stream_device) + ", not to device " +
-                                  std::to_string(pool_.device()) + " of the pool");
-    if (produce_) {
-      kind_ = source_kind::produced;
-    } else if (detail::is_dma_ready(host_, elements * sizeof(T))) {
-      kind_ = source_kind::direct;
-    }
-    try {
-      scoped_device on(pool_.device());
-      stream_options so;
-      so.device = pool_.device();
-      copy_.emplace(so);
-      if (has_output) results_.emplace(so);
-      final_.emplace();
-      allocate(options);
-    } catch (...) {
-      release();
-      throw;
-    }
+    state_ = std::make_unique<pipeline>(stream, host, elements, std::move(produce), batch_size,
+                                        pool, c, out_data, output != nullptr ? &spec : nullptr);
   }
 
-  void validate(std::size_t elements, const batch_options& o) const {
-    const auto fail = [](const std::string& what) {
-      throw std::invalid_argument("cuscope::batches: " + what);
-    };
-    if (batch_size_ == 0) fail("the batch size must be at least 1 sample");
-    if (o.depth == 0) fail("depth must be at least 1");
-    if (o.sample_elements == 0) fail("sample_elements must be at least 1");
-    if (o.min_batch == 0) fail("min_batch must be at least 1 sample");
-    if (elements % o.sample_elements != 0)
-      fail("a source of " + std::to_string(elements) +
-           " elements is not a whole number of samples of sample_elements = " +
-           std::to_string(o.sample_elements) + " elements");
-    if (host_ == nullptr && !produce_ && elements != 0)
-      fail("null source of " + std::to_string(elements) + " elements");
-  }
-
-  std::size_t count_batches(std::size_t batch) const noexcept {
-    return samples_ / batch + (samples_ % batch != 0 ? 1 : 0);
-  }
-
-  // Results of batch k, in elements, and where they go in the host output.
-  std::size_t out_count(std::size_t samples) const noexcept {
-    return out_per_batch_ != 0 ? out_per_batch_ : samples * out_per_sample_;
-  }
-  std::size_t out_offset(std::size_t k) const noexcept {
-    return out_per_batch_ != 0 ? k * out_per_batch_ : k * batch_size_ * out_per_sample_;
-  }
-
-  void check_output() const {
-    const std::size_t units = out_per_batch_ != 0 ? count_batches(batch_size_) : samples_;
-    const std::size_t per = out_per_batch_ != 0 ? out_per_batch_ : out_per_sample_;  // >= 1
-    // Compared by division: a product that wraps around would let a short output through.
-    if (units > out_size_ / per)
-      throw std::invalid_argument(
-          "cuscope::batches: a host output of " + std::to_string(out_size_) +
-          " elements cannot hold the results: " +
-          (out_per_batch_ != 0
-               ? std::to_string(units) + " batches of " + std::to_string(batch_size_) + " samples"
-               : std::to_string(units) + " samples") +
-          " x " + std::to_string(per) + " elements = " +
-          (units > std::numeric_limits<std::size_t>::max() / per
-               ? std::string("more than a size_t holds")
-               : std::to_string(units * per)));
-  }
-
-  std::string describe() const {
-    return "batches of " + std::to_string(batch_size_) + " x " + std::to_string(sample_elements_) +
-           " elements of " + std::to_string(sizeof(T)) + " bytes on " +
-           stream_ref(stream_).describe();
-  }
-
-  // The buffers of min(depth, batches) slots, once. Out of memory, with adapt_to_memory:
-  // synchronize and trim, retry, then halve the batch size down to min_batch.
-  void allocate(const batch_options& o) {
-    bool retried = false;
-    for (;;) {
-      try {
-        allocate_slots(o.depth);
-        return;
-      } catch (const out_of_memory& e) {
-        slots_.clear();  // frees what was allocated, in order on the copy stream
-        if (!o.adapt_to_memory) throw;
-        const std::size_t largest = batch_size_ < samples_ ? batch_size_ : samples_;
-        const std::size_t floor = o.min_batch < largest ? o.min_batch : largest;
-        if (retried && largest <= floor)
-          throw out_of_memory(e.requested_bytes(),
-                              "cuscope::batches: out of memory even at the smallest batch size "
-                              "allowed (min_batch = " +
-                                  std::to_string(o.min_batch) + " samples, depth " +
-                                  std::to_string(o.depth) + "): " + e.what(),
-                              e.status());
-        reclaim();
-        if (retried) {
-          batch_size_ = largest / 2 > floor ? largest / 2 : floor;
-          batch_count_ = count_batches(batch_size_);
-          if (out_per_batch_ != 0) check_output();
-        }
-        retried = true;
-      }
-    }
-  }
-
-  // Frees still in flight become reusable once they complete, and a trim gives back reserve
-  // that is too fragmented for the request.
-  void reclaim() {
-    {
-      scoped_device on(pool_.device());
-      CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), describe());
-    }
-    pool_.trim_to(0);
-  }
-
-  void allocate_slots(std::size_t depth) {
-    const std::size_t largest = batch_size_ < samples_ ? batch_size_ : samples_;
-    const std::size_t n = depth < batch_count_ ? depth : batch_count_;
-    if (largest > std::numeric_limits<std::size_t>::max() / sample_elements_)
-      throw std::length_error("cuscope::batches: a batch of " + std::to_string(largest) +
-                              " samples of " + std::to_string(sample_elements_) +
-                              " elements overflows the element count");
-    const std::size_t elements = largest * sample_elements_;
-    const std::size_t results = has_output ? out_count(largest) : 0;
-    slots_.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      slot s;
-      s.in = device_buffer<T>(*copy_, elements, pool_);
-      if (kind_ != source_kind::direct) s.staging = pinned_buffer<T>(elements);
-      if (has_output) {
-        s.out = device_buffer<out_t>(*copy_, results, pool_);
-        s.out_staging = pinned_buffer<out_t>(results);
-        s.unloaded.emplace();
-      }
-      slots_.push_back(std::move(s));
-    }
-  }
-
-  // Runs step; a failure stops the iteration for good (the destructor still cleans up).
-  template <class F>
-  void guarded(F&& step) {
-    try {
-      step();
-    } catch (...) {
-      failed_ = true;
-      done_ = true;
-      throw;
-    }
-  }
-
-  slot& slot_of(std::size_t k) noexcept { return slots_[k % slots_.size()]; }
-
-  std::size_t samples_in(std::size_t k) const noexcept {
-    const std::size_t first = k * batch_size_;
-    return samples_ - first < batch_size_ ? samples_ - first : batch_size_;
-  }
-
-  void start() {
-    if (batch_count_ == 0) {
-      done_ = true;
-      finished_ = true;
-      return;
-    }
-    for (std::size_t k = 0; k < slots_.size(); ++k)
-      load(k);
-    present(0);
-  }
-
-  // Stages batch k into its slot and enqueues its copy to the device on the copy stream.
-  void load(std::size_t k) {
-    slot& s = slot_of(k);
-    const std::size_t samples = samples_in(k);
-    const std::size_t elements = samples * sample_elements_;
-    const std::size_t first = k * batch_size_;
-    const T* from = kind_ == source_kind::produced ? nullptr : host_ + first * sample_elements_;
-    if (kind_ != source_kind::direct) {
-      // The host refills the staging buffer only after its previous copy has read it.
-      if (s.was_loaded) s.loaded.synchronize();
-      if (kind_ == source_kind::produced) {
-        produce_(first, samples, s.staging.data());
-      } else {
-        std::memcpy(s.staging.data(), from, elements * sizeof(T));
-      }
-      from = s.staging.data();
-    }
-    // The device buffer is refilled only after the user's stream has finished with it.
-    if (s.was_consumed) copy_->wait(s.consumed);
-    CUSCOPE_DETAIL_TRY_FOR(
-        cudaMemcpyAsync(s.in.data(), from, elements * sizeof(T), cudaMemcpyDefault, copy_->get()),
-        describe());
-    s.loaded.record(*copy_);
-    s.was_loaded = true;
-  }
-
-  // Makes batch k the current one: the user's stream waits for its copy (and, when its results
-  // buffer is reused, for the copy of the previous results out of it).
-  void present(std::size_t k) {
-    slot& s = slot_of(k);
-    const stream_ref user(stream_);
-    user.wait(s.loaded);
-    if (has_output && s.was_unloaded) user.wait(*s.unloaded);
-    const std::size_t samples = samples_in(k);
-    batch<T, Out> b;
-    b.data_ = s.in.data();
-    b.size_ = samples * sample_elements_;
-    b.index_ = k;
-    b.first_sample_ = k * batch_size_;
-    b.offset_ = b.first_sample_ * sample_elements_;
-    b.samples_ = samples;
-    b.stream_ = stream_;
-    if (has_output) {
-      b.out_ = s.out.data();
-      b.out_size_ = out_count(samples);
-    }
-    view_ = b;
-    current_ = k;
-  }
-
-  // The user is done with batch k: record that on the user's stream and, with an output, copy
-  // its results back on the results stream.
-  void hand_back(std::size_t k) {
-    slot& s = slot_of(k);
-    s.consumed.record(stream_ref(stream_));
-    s.was_consumed = true;
-    if constexpr (has_output) {
-      if (s.pending_result != none) drain(s);
-      results_->wait(s.consumed);
-      const std::size_t n = out_count(samples_in(k));
-      if (n != 0)
-        CUSCOPE_DETAIL_TRY_FOR(
-            cudaMemcpyAsync(s.out_staging.data(), s.out.data(), n * sizeof(out_t),
-                            cudaMemcpyDefault, results_->get()),
-            describe());
-      s.unloaded->record(*results_);
-      s.was_unloaded = true;
-      s.pending_result = k;
-    }
-  }
-
-  // Copies the results waiting in s's staging buffer to their place in the host output.
-  void drain(slot& s) {
-    s.unloaded->synchronize();
-    const std::size_t k = s.pending_result;
-    const std::size_t n = out_count(samples_in(k));
-    if (n != 0) std::memcpy(out_data_ + out_offset(k), s.out_staging.data(), n * sizeof(out_t));
-    s.pending_result = none;
-  }
-
-  void drain_all() {
-    if constexpr (has_output) {
-      for (slot& s : slots_)
-        if (s.pending_result != none) drain(s);
-    }
-  }
-
-  void advance() {
-    if (done_) return;
-    guarded([&] {
-      const std::size_t k = current_;
-      hand_back(k);
-      if (k + slots_.size() < batch_count_) load(k + slots_.size());
-      if (k + 1 < batch_count_) {
-        present(k + 1);
-      } else {
-        done_ = true;
-        drain_all();
-        finished_ = true;
-      }
-    });
-  }
-
-  void release() noexcept {
-    if (!copy_) return;
-    if (started_ && !finished_ && !failed_ && std::uncaught_exceptions() <= exceptions_at_entry_) {
-      try {
-        finish();
-      } catch (...) {
-        CUSCOPE_DETAIL_CLEANUP_CAUGHT("batch_range::finish", "cuscope::batch_range", this);
-      }
-    }
-    if (started_) {
-      // Everything enqueued so far on the user's stream may read the buffers: the frees wait
-      // for it. Without the event, wait for the stream itself.
-      bool ordered = false;
-      try {
-        final_->record(stream_ref(stream_));
-        copy_->wait(*final_);
-        ordered = true;
-      } catch (...) {
-        CUSCOPE_DETAIL_CLEANUP_CAUGHT("batch_range: ordering the release after the user's stream",
-                                      "cuscope::batch_range", this);
-      }
-      if (!ordered)
-        (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(stream_), "cuscope::batch_range", this);
-    }
-    // The results stream reads the device buffers: it must be done before they are freed.
-    if (results_)
-      (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(results_->get()), "cuscope::batch_range",
-                                   this);
-    for (slot& s : slots_) {
-      s.in = device_buffer<T>();  // freed in order on the copy stream
-      s.out = device_buffer<out_t>();
-    }
-    // The copies read the staging buffers, and the frees must have completed for a session
-    // around the loop to see the memory back in the pool.
-    (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(copy_->get()), "cuscope::batch_range", this);
-    slots_.clear();
-    final_.reset();
-    results_.reset();
-    copy_.reset();
-  }
-
-  void take(batch_range& o) noexcept {
-    stream_ = o.stream_;
-    pool_ = o.pool_;
-    host_ = o.host_;
-    produce_ = std::move(o.produce_);
-    kind_ = o.kind_;
-    requested_ = o.requested_;
-    batch_size_ = o.batch_size_;
-    batch_count_ = o.batch_count_;
-    samples_ = o.samples_;
-    sample_elements_ = o.sample_elements_;
-    out_data_ = o.out_data_;
-    out_size_ = o.out_size_;
-    out_per_sample_ = o.out_per_sample_;
-    out_per_batch_ = o.out_per_batch_;
-    copy_ = std::move(o.copy_);
-    o.copy_.reset();
-    results_ = std::move(o.results_);
-    o.results_.reset();
-    final_ = std::move(o.final_);
-    slots_ = std::move(o.slots_);
-    o.slots_.clear();
-    view_ = o.view_;
-    current_ = o.current_;
-    started_ = o.started_;
-    done_ = o.done_;
-    finished_ = o.finished_;
-    failed_ = o.failed_;
-    exceptions_at_entry_ = o.exceptions_at_entry_;
-    o.started_ = o.done_ = o.finished_ = true;
-    o.batch_count_ = 0;
+  const detail::batch_plan& plan() const noexcept {
+    static_assert(std::is_nothrow_default_constructible_v<detail::batch_plan>);
+    return state_ ? state_->plan() : empty_plan_;
   }
 
   cudaStream_t stream_ = nullptr;
-  memory_pool_ref pool_;
-  const T* host_ = nullptr;
-  std::function<void(std::size_t, std::size_t, T*)> produce_;
-  source_kind kind_ = source_kind::staged;
-  std::size_t requested_ = 0;
-  std::size_t batch_size_ = 0;
-  std::size_t batch_count_ = 0;
-  std::size_t samples_ = 0;
-  std::size_t sample_elements_ = 1;
-  out_t* out_data_ = nullptr;
-  std::size_t out_size_ = 0;
-  std::size_t out_per_sample_ = 0;
-  std::size_t out_per_batch_ = 0;
-  std::optional<cuscope::stream> copy_;     // the copies to the device
-  std::optional<cuscope::stream> results_;  // the copies of results back to the host
-  std::optional<event> final_;              // the user's stream: the frees wait for it
-  std::vector<slot> slots_;
-  batch<T, Out> view_;
-  std::size_t current_ = 0;
-  bool started_ = false;
-  bool done_ = false;
-  bool finished_ = false;
-  bool failed_ = false;
-  int exceptions_at_entry_ = 0;
+  std::unique_ptr<pipeline> state_;
+  detail::batch_plan empty_plan_{};  // what a moved-from range reports
 };
 
 namespace detail {

@@ -1,0 +1,437 @@
+// SPDX-License-Identifier: Apache-2.0
+// The engine behind batch_range: the slots of batches in flight (device buffer, staging buffer,
+// results and their events), the copy and results streams, the steps of the iteration, copying
+// results back, and the release. One object, owned by its range through a unique_ptr, so that the
+// range moves without touching it and its iterators, which point here, survive the move.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../device.hpp"
+#include "../device_buffer.hpp"
+#include "../error.hpp"
+#include "../event.hpp"
+#include "../memory_pool.hpp"
+#include "../pinned_buffer.hpp"
+#include "../stream.hpp"
+#include "batch_plan.hpp"
+
+namespace cuscope::detail {
+
+/// What the loop body sees of one batch; batch<T, Out> is its public face.
+template <class T, class O>
+struct batch_view {
+  const T* data = nullptr;
+  std::size_t size = 0;
+  std::size_t index = 0;
+  std::size_t offset = 0;
+  std::size_t first_sample = 0;
+  std::size_t samples = 0;
+  cudaStream_t stream = nullptr;
+  O* out = nullptr;
+  std::size_t out_size = 0;
+};
+
+/// Whether count elements at p can be copied without staging: page-locked host memory, device
+/// or managed memory.
+inline bool is_dma_ready(const void* p, std::size_t bytes) noexcept {
+  if (p == nullptr || bytes == 0) return false;
+  const auto ready = [](const void* q) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, q) != cudaSuccess) {
+      (void)cudaGetLastError();  // older runtimes fail for pageable memory
+      return false;
+    }
+    return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeDevice ||
+           a.type == cudaMemoryTypeManaged;
+  };
+  return ready(p) && ready(static_cast<const unsigned char*>(p) + (bytes - 1));
+}
+
+/// The pipeline of a batch range over T with results of Out (void for none); Batch is the view
+/// type handed to the loop body, constructible from batch_view.
+template <class T, class Out, class Batch>
+class batch_pipeline {
+  using out_t = std::conditional_t<std::is_void_v<Out>, unsigned char, Out>;
+  static constexpr bool has_output = !std::is_void_v<Out>;
+  static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+
+ public:
+  using producer = std::function<void(std::size_t, std::size_t, T*)>;
+
+  /// Validates, cuts the source, and makes the streams, events and buffers (shrinking the batch
+  /// when config.adapt_to_memory allows and memory is short). Nothing is enqueued until begin().
+  batch_pipeline(stream_ref stream, const T* host, std::size_t elements, producer produce,
+                 std::size_t batch_size, memory_pool_ref pool, const batch_config& config,
+                 out_t* out_data, const batch_out_spec* out)
+      : plan_(elements, batch_size, config, host != nullptr || static_cast<bool>(produce), out),
+        stream_(stream.get()),
+        pool_(pool),
+        host_(host),
+        produce_(std::move(produce)),
+        out_data_(out_data),
+        exceptions_at_entry_(std::uncaught_exceptions()) {
+    if (plan_.batch_count() == 0) return;  // nothing to stage: no stream, no buffer
+    // The events are the pool's device's, and an event is recorded only on a stream of its own
+    // device: refused here rather than at the first step of the loop.
+    // A default stream handle names the default stream of whatever device is current when the
+    // range uses it, so that device must be the pool's.
+    const int device =
+        is_default_stream(stream.get()) ? current_device() : stream_device(stream, pool_.device());
+    if (device != pool_.device())
+      throw std::invalid_argument("cuscope::batches: " + stream.describe() + " belongs to device " +
+                                  std::to_string(device) + ", not to device " +
+                                  std::to_string(pool_.device()) + " of the pool");
+    if (produce_) {
+      kind_ = source_kind::produced;
+    } else if (is_dma_ready(host_, elements * sizeof(T))) {
+      kind_ = source_kind::direct;
+    }
+    try {
+      const scoped_device on(pool_.device());
+      stream_options so;
+      so.device = pool_.device();
+      copy_.emplace(so);
+      if (has_output) results_.emplace(so);
+      final_.emplace();
+      allocate(config);
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+
+  batch_pipeline(const batch_pipeline&) = delete;
+  batch_pipeline& operator=(const batch_pipeline&) = delete;
+
+  /// Finishes the results (unless an exception is unwinding), then releases everything after the
+  /// copies and the user's work so far; never throws.
+  ~batch_pipeline() { release(); }
+
+  /// Starts the copies of the first batches, on the first call.
+  void begin() {
+    if (started_) return;
+    started_ = true;
+    guarded([&] { start(); });
+  }
+
+  /// Hands the current batch back and moves to the next one.
+  void advance() {
+    if (done_) return;
+    guarded([&] {
+      const std::size_t k = current_;
+      hand_back(k);
+      if (k + slots_.size() < plan_.batch_count()) load(k + slots_.size());
+      if (k + 1 < plan_.batch_count()) {
+        present(k + 1);
+      } else {
+        done_ = true;
+        drain_all();
+        finished_ = true;
+      }
+    });
+  }
+
+  /// See batch_range::finish.
+  void finish() {
+    if (finished_) return;
+    if (failed_)
+      throw std::logic_error("cuscope::batches: finish() after a failed step of the iteration");
+    guarded([&] {
+      if (started_ && !done_) {
+        done_ = true;
+        hand_back(current_);
+      }
+      done_ = true;
+      drain_all();
+      finished_ = true;
+    });
+  }
+
+  const Batch& view() const noexcept { return view_; }
+  bool done() const noexcept { return done_; }
+  bool finished() const noexcept { return finished_; }
+  const batch_plan& plan() const noexcept { return plan_; }
+  stream_ref stream() const noexcept { return stream_ref(stream_); }
+  bool direct() const noexcept { return kind_ == source_kind::direct; }
+  std::size_t depth() const noexcept { return slots_.size(); }
+
+  std::size_t device_bytes() const noexcept {
+    std::size_t n = 0;
+    for (const slot& s : slots_)
+      n += s.in.size_bytes() + s.out.size_bytes();
+    return n;
+  }
+  std::size_t pinned_bytes() const noexcept {
+    std::size_t n = 0;
+    for (const slot& s : slots_)
+      n += s.staging.size_bytes() + s.out_staging.size_bytes();
+    return n;
+  }
+
+ private:
+  enum class source_kind { staged, direct, produced };
+
+  // Everything one batch in flight needs. Batch k uses slot k % depth. Made with the pool's
+  // device current: the events are that device's.
+  struct slot {
+    device_buffer<T> in;                // the batch on the device
+    pinned_buffer<T> staging;           // its page-locked copy (not for direct sources)
+    device_buffer<out_t> out;           // its results on the device
+    pinned_buffer<out_t> out_staging;   // their page-locked copy
+    event loaded;                       // copy stream: the batch is on the device
+    event consumed;                     // user's stream: the work on the batch is done
+    std::optional<event> unloaded;      // results stream: the results are in out_staging
+    bool was_loaded = false;            // loaded has been recorded
+    bool was_consumed = false;          // consumed has been recorded
+    bool was_unloaded = false;          // unloaded has been recorded
+    std::size_t pending_result = none;  // batch whose results wait in out_staging
+  };
+
+  std::string describe() const {
+    return "batches of " + std::to_string(plan_.batch_size()) + " x " +
+           std::to_string(plan_.sample_elements()) + " elements of " + std::to_string(sizeof(T)) +
+           " bytes on " + stream_ref(stream_).describe();
+  }
+
+  // The buffers of min(depth, batches) slots, once. Out of memory, with adapt_to_memory:
+  // synchronize and trim, retry, then shrink the batch (batch_plan::shrink) down to min_batch.
+  void allocate(const batch_config& c) {
+    bool retried = false;
+    for (;;) {
+      try {
+        allocate_slots(c.depth);
+        return;
+      } catch (const out_of_memory& e) {
+        slots_.clear();  // frees what was allocated, in order on the copy stream
+        if (!c.adapt_to_memory) throw;
+        if (retried && !plan_.can_shrink(c.min_batch))
+          throw out_of_memory(e.requested_bytes(),
+                              "cuscope::batches: out of memory even at the smallest batch size "
+                              "allowed (min_batch = " +
+                                  std::to_string(c.min_batch) + " samples, depth " +
+                                  std::to_string(c.depth) + "): " + e.what(),
+                              e.status());
+        reclaim();
+        if (retried) plan_.shrink(c.min_batch);
+        retried = true;
+      }
+    }
+  }
+
+  // Frees still in flight become reusable once they complete, and a trim gives back reserve
+  // that is too fragmented for the request.
+  void reclaim() {
+    {
+      const scoped_device on(pool_.device());
+      CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), describe());
+    }
+    pool_.trim_to(0);
+  }
+
+  void allocate_slots(std::size_t depth) {
+    const std::size_t n = depth < plan_.batch_count() ? depth : plan_.batch_count();
+    const std::size_t elements = plan_.largest_elements();
+    const std::size_t results = has_output ? plan_.out_count(plan_.largest()) : 0;
+    slots_.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      slot s;
+      s.in = device_buffer<T>(*copy_, elements, pool_);
+      if (kind_ != source_kind::direct) s.staging = pinned_buffer<T>(elements);
+      if (has_output) {
+        s.out = device_buffer<out_t>(*copy_, results, pool_);
+        s.out_staging = pinned_buffer<out_t>(results);
+        s.unloaded.emplace();
+      }
+      slots_.push_back(std::move(s));
+    }
+  }
+
+  // Runs step; a failure stops the iteration for good (the destructor still cleans up).
+  template <class F>
+  void guarded(F&& step) {
+    try {
+      step();
+    } catch (...) {
+      failed_ = true;
+      done_ = true;
+      throw;
+    }
+  }
+
+  slot& slot_of(std::size_t k) noexcept { return slots_[k % slots_.size()]; }
+
+  void start() {
+    if (plan_.batch_count() == 0) {
+      done_ = true;
+      finished_ = true;
+      return;
+    }
+    for (std::size_t k = 0; k < slots_.size(); ++k)
+      load(k);
+    present(0);
+  }
+
+  // Stages batch k into its slot and enqueues its copy to the device on the copy stream.
+  void load(std::size_t k) {
+    slot& s = slot_of(k);
+    const std::size_t samples = plan_.samples_in(k);
+    const std::size_t elements = samples * plan_.sample_elements();
+    const std::size_t first = k * plan_.batch_size();
+    const T* from =
+        kind_ == source_kind::produced ? nullptr : host_ + first * plan_.sample_elements();
+    if (kind_ != source_kind::direct) {
+      // The host refills the staging buffer only after its previous copy has read it.
+      if (s.was_loaded) s.loaded.synchronize();
+      if (kind_ == source_kind::produced) {
+        produce_(first, samples, s.staging.data());
+      } else {
+        std::memcpy(s.staging.data(), from, elements * sizeof(T));
+      }
+      from = s.staging.data();
+    }
+    // The device buffer is refilled only after the user's stream has finished with it.
+    if (s.was_consumed) copy_->wait(s.consumed);
+    CUSCOPE_DETAIL_TRY_FOR(
+        cudaMemcpyAsync(s.in.data(), from, elements * sizeof(T), cudaMemcpyDefault, copy_->get()),
+        describe());
+    s.loaded.record(*copy_);
+    s.was_loaded = true;
+  }
+
+  // Makes batch k the current one: the user's stream waits for its copy (and, when its results
+  // buffer is reused, for the copy of the previous results out of it).
+  void present(std::size_t k) {
+    slot& s = slot_of(k);
+    const stream_ref user(stream_);
+    user.wait(s.loaded);
+    if (has_output && s.was_unloaded) user.wait(*s.unloaded);
+    const std::size_t samples = plan_.samples_in(k);
+    batch_view<T, out_t> b;
+    b.data = s.in.data();
+    b.size = samples * plan_.sample_elements();
+    b.index = k;
+    b.first_sample = k * plan_.batch_size();
+    b.offset = b.first_sample * plan_.sample_elements();
+    b.samples = samples;
+    b.stream = stream_;
+    if (has_output) {
+      b.out = s.out.data();
+      b.out_size = plan_.out_count(samples);
+    }
+    view_ = Batch(b);
+    current_ = k;
+  }
+
+  // The user is done with batch k: record that on the user's stream and, with an output, copy
+  // its results back on the results stream.
+  void hand_back(std::size_t k) {
+    slot& s = slot_of(k);
+    s.consumed.record(stream_ref(stream_));
+    s.was_consumed = true;
+    if constexpr (has_output) {
+      if (s.pending_result != none) drain(s);
+      results_->wait(s.consumed);
+      const std::size_t n = plan_.out_count(plan_.samples_in(k));
+      if (n != 0)
+        CUSCOPE_DETAIL_TRY_FOR(
+            cudaMemcpyAsync(s.out_staging.data(), s.out.data(), n * sizeof(out_t),
+                            cudaMemcpyDefault, results_->get()),
+            describe());
+      s.unloaded->record(*results_);
+      s.was_unloaded = true;
+      s.pending_result = k;
+    }
+  }
+
+  // Copies the results waiting in s's staging buffer to their place in the host output.
+  void drain(slot& s) {
+    s.unloaded->synchronize();
+    const std::size_t k = s.pending_result;
+    const std::size_t n = plan_.out_count(plan_.samples_in(k));
+    if (n != 0)
+      std::memcpy(out_data_ + plan_.out_offset(k), s.out_staging.data(), n * sizeof(out_t));
+    s.pending_result = none;
+  }
+
+  void drain_all() {
+    if constexpr (has_output) {
+      for (slot& s : slots_)
+        if (s.pending_result != none) drain(s);
+    }
+  }
+
+  void release() noexcept {
+    if (!copy_) return;
+    if (started_ && !finished_ && !failed_ && std::uncaught_exceptions() <= exceptions_at_entry_) {
+      try {
+        finish();
+      } catch (...) {
+        CUSCOPE_DETAIL_CLEANUP_CAUGHT("batch_range::finish", "cuscope::batch_range", this);
+      }
+    }
+    if (started_) {
+      // Everything enqueued so far on the user's stream may read the buffers: the frees wait
+      // for it. Without the event, wait for the stream itself.
+      bool ordered = false;
+      try {
+        final_->record(stream_ref(stream_));
+        copy_->wait(*final_);
+        ordered = true;
+      } catch (...) {
+        CUSCOPE_DETAIL_CLEANUP_CAUGHT("batch_range: ordering the release after the user's stream",
+                                      "cuscope::batch_range", this);
+      }
+      if (!ordered)
+        (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(stream_), "cuscope::batch_range", this);
+    }
+    // The results stream reads the device buffers: it must be done before they are freed.
+    if (results_)
+      (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(results_->get()), "cuscope::batch_range",
+                                   this);
+    for (slot& s : slots_) {
+      s.in = device_buffer<T>();  // freed in order on the copy stream
+      s.out = device_buffer<out_t>();
+    }
+    // The copies read the staging buffers, and the frees must have completed for a session
+    // around the loop to see the memory back in the pool.
+    (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(copy_->get()), "cuscope::batch_range", this);
+    slots_.clear();
+    final_.reset();
+    results_.reset();
+    copy_.reset();
+  }
+
+  batch_plan plan_;
+  cudaStream_t stream_;
+  memory_pool_ref pool_;
+  const T* host_;
+  producer produce_;
+  out_t* out_data_;
+  source_kind kind_ = source_kind::staged;
+  std::optional<cuscope::stream> copy_;     // the copies to the device
+  std::optional<cuscope::stream> results_;  // the copies of results back to the host
+  std::optional<event> final_;              // the user's stream: the frees wait for it
+  std::vector<slot> slots_;
+  Batch view_;
+  std::size_t current_ = 0;
+  bool started_ = false;
+  bool done_ = false;
+  bool finished_ = false;
+  bool failed_ = false;
+  int exceptions_at_entry_ = 0;
+};
+
+}  // namespace cuscope::detail
