@@ -2,6 +2,7 @@
 // The simulated process and its control API: start-up, configuration, reset, the bookkeeping of
 // every call (counts, faults, sticky errors) and the reports. docs/simulated-device.md, "The
 // control API".
+#include <dlfcn.h>
 #include <link.h>
 #include <sys/mman.h>
 
@@ -79,8 +80,23 @@ const char* const simulated_apis[] = {
     "cudaEventDestroy",
 };
 
+bool real_cuda_allowed() {
+  const char* env = std::getenv("CUSCOPE_SIM_ALLOW_CUDART");
+  return env != nullptr && std::strcmp(env, "1") == 0;
+}
+
+// The real runtime (libcudart.so*) or driver library (libcuda.so*) that path names, or nullptr.
+const char* real_cuda_library(const char* path) {
+  if (path == nullptr) return nullptr;
+  const char* slash = std::strrchr(path, '/');
+  const char* base = slash != nullptr ? slash + 1 : path;
+  if (std::strncmp(base, "libcudart", 9) == 0) return "the real CUDA runtime";
+  if (std::strncmp(base, "libcuda.so", 10) == 0) return "the CUDA driver library";
+  return nullptr;
+}
+
 int find_real_runtime(dl_phdr_info* info, std::size_t, void* found) {
-  if (info->dlpi_name != nullptr && std::strstr(info->dlpi_name, "libcudart") != nullptr) {
+  if (real_cuda_library(info->dlpi_name) != nullptr) {
     *static_cast<const char**>(found) = info->dlpi_name;
     return 1;
   }
@@ -90,18 +106,17 @@ int find_real_runtime(dl_phdr_info* info, std::size_t, void* found) {
 // A program linked with the simulated device must not also load the real runtime: calls the
 // simulation does not implement would reach the real driver and mix the two devices.
 void check_no_real_runtime() {
-  const char* env = std::getenv("CUSCOPE_SIM_ALLOW_CUDART");
-  if (env != nullptr && std::strcmp(env, "1") == 0) return;
+  if (real_cuda_allowed()) return;
   const char* found = nullptr;
   dl_iterate_phdr(find_real_runtime, &found);
   if (found == nullptr) return;
   std::fprintf(stderr,
-               "cuscope::sim: this program runs on the simulated CUDA device, but the real CUDA "
-               "runtime (%s) is loaded too.\n"
+               "cuscope::sim: this program runs on the simulated CUDA device, but %s (%s) is "
+               "loaded too.\n"
                "A program links either cuscope::sim or CUDA::cudart, never both. The usual cause "
                "is a CUDA function the simulated device does not provide (a kernel launch, for "
                "instance), which the linker then took from libcudart.\n",
-               found);
+               real_cuda_library(found), found);
   std::fflush(stderr);
   std::_Exit(70);
 }
@@ -427,3 +442,27 @@ std::size_t pending_operations() {
 }
 
 }  // namespace cuscope::sim
+
+// Loading the real runtime or driver at run time mixes the two devices as linking it would:
+// CCCL's and cuda-api-wrappers' driver-API calls would reach a real GPU, or fail without one.
+// The simulation defines dlopen in the program (it is linked as a whole archive), refuses those
+// two libraries and passes every other call on to the C library's dlopen.
+extern "C" void* dlopen(const char* file, int mode) noexcept {
+  using namespace cuscope::sim::detail;
+  if (const char* what = real_cuda_library(file); what != nullptr && !real_cuda_allowed()) {
+    std::fprintf(stderr,
+                 "cuscope::sim: this program runs on the simulated CUDA device, but it loads %s "
+                 "(dlopen(\"%s\")) at run time.\n"
+                 "The simulated device implements the CUDA runtime API only; calls through the "
+                 "real runtime or the driver API (cuGetProcAddress, cuMemPool*, ...) would reach a "
+                 "real GPU or none. Run such a program on the real runtime, or set "
+                 "CUSCOPE_SIM_ALLOW_CUDART=1 to load it anyway.\n",
+                 what, file);
+    std::fflush(stderr);
+    std::_Exit(70);
+  }
+  using dlopen_fn = void* (*)(const char*, int);
+  static const auto next = reinterpret_cast<dlopen_fn>(dlsym(RTLD_NEXT, "dlopen"));
+  if (next == nullptr) return nullptr;
+  return next(file, mode);
+}

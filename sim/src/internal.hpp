@@ -285,7 +285,8 @@ cudaError_t call(const char* api, F&& body) {
   }
   if (const cudaError_t early = begin_call(g, site_index); early != cudaSuccess) return early;
   const cudaError_t result = body(g);
-  if (result != cudaSuccess && result != cudaErrorNotReady) return record_error(result);
+  // Every failure becomes the last error, cudaErrorNotReady from a query included, as on a GPU.
+  if (result != cudaSuccess) return record_error(result);
   return result;
 }
 

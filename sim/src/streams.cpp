@@ -232,14 +232,26 @@ void forget_destroyed_events(state& g) {
 
 }  // namespace
 
+namespace {
+
+// A query finds the work up to seq of s pending or done. Pending work is started by the query
+// (it runs now) but was not complete when the query looked: cudaErrorNotReady, unless the work
+// set a sticky error.
+cudaError_t query(state& g, CUstream_st& s, std::uint64_t seq) {
+  if (s.completed >= seq) return sticky_or_success(g);
+  drive_to(g, s, seq);
+  return g.sticky != cudaSuccess ? g.sticky : cudaErrorNotReady;
+}
+
+}  // namespace
+
 namespace api {
 
 cudaError_t stream_query(cudaStream_t stream, bool ptds) {
   return call("cudaStreamQuery", [&](state& g) -> cudaError_t {
     CUstream_st* s = nullptr;
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
-    drive_stream(g, *s);
-    return sticky_or_success(g);
+    return query(g, *s, s->enqueued);
   });
 }
 
@@ -448,8 +460,8 @@ cudaError_t CUDARTAPI cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t s
 cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
   return call("cudaEventQuery", [&](state& g) -> cudaError_t {
     if (!valid_event(g, event)) return cudaErrorInvalidResourceHandle;
-    if (event->completed_generation < event->generation) drive(g, {{event->stream, event->seq}});
-    return sticky_or_success(g);
+    if (event->completed_generation >= event->generation) return sticky_or_success(g);
+    return query(g, *event->stream, event->seq);
   });
 }
 

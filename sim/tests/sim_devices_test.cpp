@@ -73,7 +73,84 @@ TEST_CASE("sim: error names and strings are those of the runtime", "[sim]") {
   CHECK(std::string(cudaGetErrorName(cudaSuccess)) == "cudaSuccess");
 }
 
+TEST_CASE("sim: the attributes that common CUDA code asks for are answered", "[sim]") {
+  device_guard device;
+  // NVIDIA's helper_cuda.h asks for the compute mode, CUB for the memory clock rate.
+  int mode = -1;
+  REQUIRE(cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, 0) == cudaSuccess);
+  CHECK(mode == cudaComputeModeDefault);
+  int clock = 0;
+  REQUIRE(cudaDeviceGetAttribute(&clock, cudaDevAttrMemoryClockRate, 0) == cudaSuccess);
+  CHECK(clock > 0);
+  int major = 0;
+  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
+  cudaDeviceProp prop{};
+  REQUIRE(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
+  CHECK(prop.major == major);
+  int optin = 0;
+  REQUIRE(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) ==
+          cudaSuccess);
+  CHECK(static_cast<std::size_t>(optin) == prop.sharedMemPerBlockOptin);
+  CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrComputeMode, -1) == cudaErrorInvalidDevice);
+  CHECK(cudaDeviceGetAttribute(nullptr, cudaDevAttrComputeMode, 0) == cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+}
+
+TEST_CASE("sim: every error code has its runtime name and message", "[sim]") {
+  CHECK(std::string(cudaGetErrorName(cudaErrorStreamCaptureInvalidated)) ==
+        "cudaErrorStreamCaptureInvalidated");
+  CHECK(std::string(cudaGetErrorString(cudaErrorStreamCaptureInvalidated)) ==
+        "operation failed due to a previous error during capture");
+  CHECK(std::string(cudaGetErrorName(cudaErrorNotReady)) == "cudaErrorNotReady");
+  CHECK(std::string(cudaGetErrorString(cudaErrorNotReady)) == "device not ready");
+  CHECK(std::string(cudaGetErrorName(cudaErrorMissingConfiguration)) ==
+        "cudaErrorMissingConfiguration");
+}
+
 #if CUSCOPE_TEST_SIMULATED
+
+TEST_CASE("sim: cudaDeviceGetAttribute knows every attribute of the CUDA 12.9 to 13.5 headers",
+          "[sim]") {
+  device_guard device({2});
+  // 131 numbers name an attribute in those headers; the gaps and the reserved numbers do not.
+  int known = 0;
+  for (int attr = 0; attr < 256; ++attr) {
+    int value = 0;
+    const cudaError_t e = cudaDeviceGetAttribute(&value, static_cast<cudaDeviceAttr>(attr), 0);
+    if (e == cudaSuccess) {
+      ++known;
+    } else {
+      CHECK(e == cudaErrorInvalidValue);
+    }
+  }
+  (void)cudaGetLastError();
+  CHECK(known == 131);
+  int value = -1;
+  CHECK(cudaDeviceGetAttribute(&value, static_cast<cudaDeviceAttr>(92), 0) ==
+        cudaErrorInvalidValue);  // cudaDevAttrReserved92
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+  REQUIRE(cudaDeviceGetAttribute(&value, cudaDevAttrPciBusId, 1) == cudaSuccess);
+  CHECK(value == 1);
+  REQUIRE(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, 1) == cudaSuccess);
+  CHECK(value == 132);
+}
+
+TEST_CASE("sim: cudaGetErrorName knows every code of the CUDA 12.9 to 13.5 headers", "[sim]") {
+  int known = 0;
+  for (int code = 0; code < 1100; ++code) {
+    const std::string name = cudaGetErrorName(static_cast<cudaError_t>(code));
+    const std::string text = cudaGetErrorString(static_cast<cudaError_t>(code));
+    if (name == "unrecognized error code") {
+      CHECK(text == name);
+      continue;
+    }
+    ++known;
+    CHECK(name.rfind("cuda", 0) == 0);
+    CHECK(!text.empty());
+  }
+  CHECK(known == 138);  // 133 in 12.9 to 13.0, five more by 13.5
+  CHECK(std::string(cudaGetErrorName(static_cast<cudaError_t>(919))) == "cudaErrorFabricNotReady");
+}
 
 TEST_CASE("sim: the last error belongs to the thread that made the call", "[sim]") {
   device_guard device;

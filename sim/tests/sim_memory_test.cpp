@@ -202,8 +202,9 @@ TEST_CASE("sim: device memory is not the host's and is poisoned when allocated a
   REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
   CHECK(view[63] == 0);
   REQUIRE(cudaFreeAsync(d, s) == cudaSuccess);
-  CHECK(view[63] == 0);  // the free has not run yet
-  REQUIRE(cudaStreamQuery(s) == cudaSuccess);
+  CHECK(view[63] == 0);                              // the free has not run yet
+  REQUIRE(cudaStreamQuery(s) == cudaErrorNotReady);  // the query starts the free
+  REQUIRE(cudaGetLastError() == cudaErrorNotReady);
   CHECK(view[63] == cuscope::sim::poison_byte);
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
   CHECK_THROWS_AS(cuscope::sim::host_view(reinterpret_cast<int*>(std::uintptr_t{16}), 1),

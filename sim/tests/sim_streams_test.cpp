@@ -193,11 +193,53 @@ TEST_CASE("sim: cudaEventElapsedTime is not ready before both events have run", 
   REQUIRE(cudaEventRecord(start, s) == cudaSuccess);
   REQUIRE(cudaEventRecord(stop, s) == cudaSuccess);
   CHECK(cudaEventElapsedTime(&ms, start, stop) == cudaErrorNotReady);
-  CHECK(cudaGetLastError() == cudaSuccess);  // not ready is not an error
+  CHECK(cudaGetLastError() == cudaErrorNotReady);
   REQUIRE(cudaEventSynchronize(stop) == cudaSuccess);
   CHECK(cudaEventElapsedTime(&ms, start, stop) == cudaSuccess);
   REQUIRE(cudaEventDestroy(start) == cudaSuccess);
   REQUIRE(cudaEventDestroy(stop) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: a query of pending work answers cudaErrorNotReady, kept as the last error",
+          "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  cudaEvent_t e = nullptr;
+  REQUIRE(cudaEventCreate(&e) == cudaSuccess);
+  int* p = nullptr;
+  REQUIRE(cudaMallocAsync(reinterpret_cast<void**>(&p), 256, s) == cudaSuccess);
+  REQUIRE(cudaEventRecord(e, s) == cudaSuccess);
+  CHECK(cudaEventQuery(e) == cudaErrorNotReady);
+  // Not sticky: other calls succeed and leave it, cudaPeekAtLastError reads it,
+  // cudaGetLastError clears it.
+  CHECK(cudaMemsetAsync(p, 0, 256, s) == cudaSuccess);
+  CHECK(cudaPeekAtLastError() == cudaErrorNotReady);
+  CHECK(cudaGetLastError() == cudaErrorNotReady);
+  CHECK(cudaGetLastError() == cudaSuccess);
+  // The query started the work: a later query finds it done, without a synchronization.
+  CHECK(cudaEventQuery(e) == cudaSuccess);
+  CHECK(cudaStreamQuery(s) == cudaErrorNotReady);  // the memset was still pending
+  CHECK(cudaGetLastError() == cudaErrorNotReady);
+  CHECK(cudaStreamQuery(s) == cudaSuccess);
+  CHECK(cudaGetLastError() == cudaSuccess);
+  REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaEventDestroy(e) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: in eager mode work is done when enqueued, so queries answer cudaSuccess", "[sim]") {
+  cuscope::test::device_setup eager;
+  eager.eager = true;
+  device_guard device(eager);
+  cudaStream_t s = make_stream();
+  int* p = nullptr;
+  REQUIRE(cudaMallocAsync(reinterpret_cast<void**>(&p), 256, s) == cudaSuccess);
+  CHECK(cudaStreamQuery(s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
+  CHECK(cudaStreamQuery(s) == cudaSuccess);
+  CHECK(cudaGetLastError() == cudaSuccess);
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
 }
 
