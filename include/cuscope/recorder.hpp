@@ -1,0 +1,427 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief recorder: a bounded, thread-safe timeline of what pools and sessions did with memory
+/// (allocations, frees, synchronizations, trims, threshold changes, sessions, out-of-memory
+/// errors and retries, and samples of pool and device memory), for trace.hpp to export.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
+#  include <x86intrin.h>
+#endif
+
+namespace cuscope {
+
+/// @brief What a memory_event records.
+enum class memory_event_kind : std::uint8_t {
+  allocate,       ///< ptr, bytes allocated from pool on stream; scope is the session, if any.
+  free,           ///< ptr, bytes freed in stream order on stream (enqueued, not yet run).
+  synchronize,    ///< stream synchronized: frees enqueued on it before have run. A null stream
+                  ///< with value 1 stands for the whole device.
+  trim,           ///< pool trimmed keeping bytes; value is its reserve after the trim.
+  set_threshold,  ///< pool's release threshold set to bytes.
+  session_begin,  ///< session scope began on pool (names: recorder::sessions()).
+  session_end,    ///< session scope ended; bytes and value are its leaked bytes and allocations.
+  out_of_memory,  ///< an allocation of bytes from pool failed.
+  retry,          ///< an allocation of bytes from pool is retried after a synchronization and trim.
+  sample,         ///< pool's used bytes (bytes) and reserved bytes (value), the device's free
+                  ///< memory (device_free).
+};
+
+/// @brief The name of a memory_event_kind ("allocate", "free"...).
+[[nodiscard]] inline const char* to_string(memory_event_kind k) noexcept {
+  switch (k) {
+    case memory_event_kind::allocate:
+      return "allocate";
+    case memory_event_kind::free:
+      return "free";
+    case memory_event_kind::synchronize:
+      return "synchronize";
+    case memory_event_kind::trim:
+      return "trim";
+    case memory_event_kind::set_threshold:
+      return "set_threshold";
+    case memory_event_kind::session_begin:
+      return "session_begin";
+    case memory_event_kind::session_end:
+      return "session_end";
+    case memory_event_kind::out_of_memory:
+      return "out_of_memory";
+    case memory_event_kind::retry:
+      return "retry";
+    case memory_event_kind::sample:
+      return "sample";
+  }
+  return "unknown";
+}
+
+/// @brief One entry of a recorder's timeline. Fields a kind does not use are zero.
+struct memory_event {
+  std::int64_t time_ns = 0;                              ///< Since the recorder was made.
+  memory_event_kind kind = memory_event_kind::allocate;  ///< What happened.
+  std::uint32_t scope = 0;        ///< Session id (recorder::sessions()); 0 for none.
+  int device = 0;                 ///< The device.
+  cudaMemPool_t pool = nullptr;   ///< The pool, as a value (never dereferenced).
+  cudaStream_t stream = nullptr;  ///< The stream, as a value.
+  const void* ptr = nullptr;      ///< The allocation.
+  std::size_t bytes = 0;          ///< See memory_event_kind.
+  std::size_t value = 0;          ///< See memory_event_kind.
+  std::size_t device_free = 0;    ///< sample: the device's free memory (cudaMemGetInfo).
+};
+
+/// @brief A session as the recorder knows it.
+struct recorded_session {
+  std::uint32_t id = 0;          ///< Its scope id, from 1.
+  std::uint32_t parent = 0;      ///< The enclosing session's id; 0 for none.
+  std::string name;              ///< session_options::name.
+  int device = 0;                ///< The device of its pool.
+  cudaMemPool_t pool = nullptr;  ///< Its pool, as a value.
+};
+
+/// @brief How a recorder is made.
+struct recorder_options {
+  /// @brief Events kept; rounded up to a power of two. The ring holds the most recent ones and
+  /// counts those it dropped. Each takes 72 bytes, all allocated when the recorder is made.
+  std::size_t capacity = std::size_t{1} << 16;
+  /// @brief Least time between two samples of pool and device memory taken on an allocation or
+  /// a free (sessions, trims and errors always sample).
+  std::chrono::nanoseconds sample_interval = std::chrono::milliseconds(10);
+};
+
+/// @brief A bounded timeline of memory events, written by the pools, buffers and sessions it is
+/// attached to (memory_pool::set_recorder, session_options::recorder).
+///
+/// The ring of events is allocated when the recorder is made; recording allocates nothing and
+/// takes no lock, from any number of threads. When it is full the oldest events are overwritten
+/// and counted by dropped(). Pools, streams and pointers are kept as values: a recorder may
+/// outlive everything it recorded. It must outlive the pools and sessions that record into it
+/// (detach a pool with set_recorder(nullptr)). Not copyable or movable.
+class recorder {
+ public:
+  /// @brief A recorder with options.
+  /// @throws std::invalid_argument for a capacity of 0 or above 2^40.
+  explicit recorder(recorder_options options = {})
+      : interval_ticks_(0), start_ticks_(ticks()), start_(std::chrono::steady_clock::now()) {
+    if (options.capacity == 0 || options.capacity > (std::size_t{1} << 40))
+      throw std::invalid_argument("cuscope::recorder: capacity must be between 1 and 2^40 events");
+    std::size_t cap = 1;
+    while (cap < options.capacity)
+      cap <<= 1;
+    mask_ = cap - 1;
+    slots_.reset(new slot[cap]);
+    for (std::size_t i = 0; i < cap; ++i)
+      slots_[i].seq.store(0, std::memory_order_relaxed);
+    interval_ns_ = options.sample_interval.count() < 0 ? 0 : options.sample_interval.count();
+    last_sample_.store(start_ticks_, std::memory_order_relaxed);
+    calibrate();
+  }
+  recorder(const recorder&) = delete;
+  recorder& operator=(const recorder&) = delete;
+  recorder(recorder&&) = delete;
+  recorder& operator=(recorder&&) = delete;
+  ~recorder() = default;
+
+  /// @brief Events the ring holds.
+  [[nodiscard]] std::size_t capacity() const noexcept { return mask_ + 1; }
+  /// @brief Events recorded since the recorder was made, dropped ones included.
+  [[nodiscard]] std::uint64_t recorded() const noexcept {
+    return head_.load(std::memory_order_acquire);
+  }
+  /// @brief Events overwritten by newer ones: the oldest, once the ring is full.
+  [[nodiscard]] std::uint64_t dropped() const noexcept {
+    const std::uint64_t n = recorded();
+    return n > capacity() ? n - capacity() : 0;
+  }
+
+  /// @brief The events the ring holds, oldest first. Events being written while it reads are
+  /// left out. Allocates; takes no lock.
+  [[nodiscard]] std::vector<memory_event> events() const {
+    calibrate();
+    const std::uint64_t end = recorded();
+    const std::uint64_t begin = end > capacity() ? end - capacity() : 0;
+    std::vector<memory_event> out;
+    out.reserve(static_cast<std::size_t>(end - begin));
+    for (std::uint64_t i = begin; i < end; ++i) {
+      memory_event e;
+      if (read(i, e)) out.push_back(e);
+    }
+    return out;
+  }
+
+  /// @brief The sessions that began while recording, by id.
+  [[nodiscard]] std::vector<recorded_session> sessions() const {
+    const std::lock_guard<std::mutex> lock(names_mutex_);
+    return sessions_;
+  }
+
+  /// @brief Shows pool under name in exports ("activations"); the last name given wins.
+  void name_pool(cudaMemPool_t pool, std::string name) {
+    const std::lock_guard<std::mutex> lock(names_mutex_);
+    for (auto& p : pool_names_) {
+      if (p.first == pool) {
+        p.second = std::move(name);
+        return;
+      }
+    }
+    pool_names_.emplace_back(pool, std::move(name));
+  }
+
+  /// @brief The names given by name_pool().
+  [[nodiscard]] std::vector<std::pair<cudaMemPool_t, std::string>> pool_names() const {
+    const std::lock_guard<std::mutex> lock(names_mutex_);
+    return pool_names_;
+  }
+
+  /// @brief Nanoseconds per tick of the recorder's clock, as last measured.
+  [[nodiscard]] double nanoseconds_per_tick() const noexcept {
+    return ns_per_tick_.load(std::memory_order_relaxed);
+  }
+
+  // Recording. Called by pools, buffers and sessions; callable by anyone who allocates on their
+  // own. None allocates or throws.
+
+  /// @brief Records an allocation; samples the pool and device when sample_interval has passed.
+  void record_allocate(int device, cudaMemPool_t pool, cudaStream_t stream, const void* ptr,
+                       std::size_t bytes, std::uint32_t scope = 0) noexcept {
+    const std::uint64_t now = ticks();
+    write(now, memory_event_kind::allocate, scope, device, pool, stream, ptr, bytes, 0, 0);
+    maybe_sample(now, device, pool);
+  }
+
+  /// @brief Records a stream-ordered free, when it is enqueued.
+  void record_free(int device, cudaMemPool_t pool, cudaStream_t stream, const void* ptr,
+                   std::size_t bytes) noexcept {
+    const std::uint64_t now = ticks();
+    write(now, memory_event_kind::free, 0, device, pool, stream, ptr, bytes, 0, 0);
+    maybe_sample(now, device, pool);
+  }
+
+  /// @brief Records that stream (every stream of device when whole_device) was synchronized:
+  /// the frees enqueued on it before have run.
+  void record_synchronize(int device, cudaStream_t stream, bool whole_device = false) noexcept {
+    write(ticks(), memory_event_kind::synchronize, 0, device, nullptr, stream, nullptr, 0,
+          whole_device ? 1 : 0, 0);
+  }
+
+  /// @brief Records a trim of pool keeping keep_bytes, then samples it.
+  void record_trim(int device, cudaMemPool_t pool, std::size_t keep_bytes) noexcept {
+    write(ticks(), memory_event_kind::trim, 0, device, pool, nullptr, nullptr, keep_bytes, 0, 0);
+    sample(device, pool);
+  }
+
+  /// @brief Records a change of pool's release threshold to bytes.
+  void record_threshold(int device, cudaMemPool_t pool, std::size_t bytes) noexcept {
+    write(ticks(), memory_event_kind::set_threshold, 0, device, pool, nullptr, nullptr, bytes, 0,
+          0);
+  }
+
+  /// @brief Records a failed allocation of bytes from pool, then samples it.
+  void record_out_of_memory(int device, cudaMemPool_t pool, cudaStream_t stream, std::size_t bytes,
+                            std::uint32_t scope = 0) noexcept {
+    write(ticks(), memory_event_kind::out_of_memory, scope, device, pool, stream, nullptr, bytes, 0,
+          0);
+    sample(device, pool);
+  }
+
+  /// @brief Records that a failed allocation of bytes is retried after a synchronization and trim.
+  void record_retry(int device, cudaMemPool_t pool, cudaStream_t stream,
+                    std::size_t bytes) noexcept {
+    write(ticks(), memory_event_kind::retry, 0, device, pool, stream, nullptr, bytes, 0, 0);
+  }
+
+  /// @brief Records the beginning of a session named name (nested in parent, 0 for none) and
+  /// returns its id; samples the pool. Allocates (the name); returns 0, recording nothing, when
+  /// that fails.
+  [[nodiscard]] std::uint32_t begin_session(const std::string& name, std::uint32_t parent,
+                                            int device, cudaMemPool_t pool) noexcept {
+    std::uint32_t id = 0;
+    try {
+      const std::lock_guard<std::mutex> lock(names_mutex_);
+      id = static_cast<std::uint32_t>(sessions_.size() + 1);
+      sessions_.push_back(recorded_session{id, parent, name, device, pool});
+    } catch (...) {
+      return 0;
+    }
+    write(ticks(), memory_event_kind::session_begin, id, device, pool, nullptr, nullptr, 0, 0, 0);
+    sample(device, pool);
+    return id;
+  }
+
+  /// @brief Records the end of session id, with leaked_allocations of leaked_bytes still live;
+  /// samples its pool.
+  void end_session(std::uint32_t id, std::size_t leaked_allocations,
+                   std::size_t leaked_bytes) noexcept {
+    if (id == 0) return;
+    int device = 0;
+    cudaMemPool_t pool = nullptr;
+    {
+      const std::lock_guard<std::mutex> lock(names_mutex_);
+      if (id > sessions_.size()) return;
+      device = sessions_[id - 1].device;
+      pool = sessions_[id - 1].pool;
+    }
+    sample(device, pool);
+    write(ticks(), memory_event_kind::session_end, id, device, pool, nullptr, nullptr, leaked_bytes,
+          leaked_allocations, 0);
+  }
+
+  /// @brief Records a sample of pool's used and reserved bytes and of device's free memory (a
+  /// null pool samples the device only). Makes CUDA calls; restores the current device and
+  /// clears only the errors it caused.
+  void sample(int device, cudaMemPool_t pool) noexcept {
+    std::uint64_t used = 0;
+    std::uint64_t reserved = 0;
+    std::size_t free_bytes = 0;
+    std::size_t total = 0;
+    bool failed = false;
+    if (pool != nullptr) {
+      failed = cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess ||
+               cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) !=
+                   cudaSuccess;
+    }
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) {
+      failed = true;
+    } else {
+      const bool switched = previous != device;
+      if ((switched && cudaSetDevice(device) != cudaSuccess) ||
+          cudaMemGetInfo(&free_bytes, &total) != cudaSuccess)
+        failed = true;
+      if (switched) (void)cudaSetDevice(previous);
+    }
+    if (failed) {
+      (void)cudaGetLastError();
+      return;
+    }
+    write(ticks(), memory_event_kind::sample, 0, device, pool, nullptr, nullptr,
+          static_cast<std::size_t>(used), static_cast<std::size_t>(reserved), free_bytes);
+  }
+
+ private:
+  // One event in eight words, each written and read atomically (relaxed), guarded by seq: 0 when
+  // never written, 2i+1 while event i is written, 2i+2 once it is complete.
+  struct slot {
+    std::atomic<std::uint64_t> seq;
+    std::atomic<std::uint64_t> w[8];
+  };
+
+  static std::uint64_t ticks() noexcept {
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
+    return static_cast<std::uint64_t>(__rdtsc());
+#else
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now().time_since_epoch())
+                                          .count());
+#endif
+  }
+
+  static std::uint64_t bits(const void* p) noexcept {
+    return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
+  }
+
+  // Converts ticks to nanoseconds with the rate measured between construction and now.
+  void calibrate() const noexcept {
+    const std::uint64_t t = ticks();
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now() - start_)
+                        .count();
+    double rate = 1.0;
+    if (t > start_ticks_ && ns > 0)
+      rate = static_cast<double>(ns) / static_cast<double>(t - start_ticks_);
+    // Too short an interval measures the clocks' granularity: keep the last rate until 10 us.
+    if (ns < 10000) rate = ns_per_tick_.load(std::memory_order_relaxed);
+    ns_per_tick_.store(rate, std::memory_order_relaxed);
+    const double interval = static_cast<double>(interval_ns_) / rate;
+    interval_ticks_.store(static_cast<std::uint64_t>(interval), std::memory_order_relaxed);
+  }
+
+  void maybe_sample(std::uint64_t now, int device, cudaMemPool_t pool) noexcept {
+    std::uint64_t last = last_sample_.load(std::memory_order_relaxed);
+    if (now - last < interval_ticks_.load(std::memory_order_relaxed)) return;
+    if (!last_sample_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
+    calibrate();
+    sample(device, pool);
+  }
+
+  void write(std::uint64_t now, memory_event_kind kind, std::uint32_t scope, int device,
+             cudaMemPool_t pool, cudaStream_t stream, const void* ptr, std::size_t bytes,
+             std::size_t value, std::size_t device_free) noexcept {
+    const std::uint64_t i = head_.fetch_add(1, std::memory_order_acq_rel);
+    slot& s = slots_[static_cast<std::size_t>(i & mask_)];
+    // Claims the slot: a writer of an older event that a full ring overtook gives up; one of a
+    // newer event waits for the slot's current writer.
+    std::uint64_t seq = s.seq.load(std::memory_order_relaxed);
+    for (;;) {
+      if (seq >= 2 * i + 1) return;  // counted by dropped(): the ring has wrapped past i
+      if ((seq & 1) != 0) {
+        seq = s.seq.load(std::memory_order_relaxed);
+        continue;
+      }
+      if (s.seq.compare_exchange_weak(seq, 2 * i + 1, std::memory_order_acquire,
+                                      std::memory_order_relaxed))
+        break;
+    }
+    std::atomic_thread_fence(std::memory_order_release);
+    s.w[0].store(now, std::memory_order_relaxed);
+    s.w[1].store(static_cast<std::uint64_t>(kind) | (std::uint64_t{scope} << 8) |
+                     (static_cast<std::uint64_t>(static_cast<std::uint32_t>(device)) << 40),
+                 std::memory_order_relaxed);
+    s.w[2].store(bits(pool), std::memory_order_relaxed);
+    s.w[3].store(bits(stream), std::memory_order_relaxed);
+    s.w[4].store(bits(ptr), std::memory_order_relaxed);
+    s.w[5].store(bytes, std::memory_order_relaxed);
+    s.w[6].store(value, std::memory_order_relaxed);
+    s.w[7].store(device_free, std::memory_order_relaxed);
+    s.seq.store(2 * i + 2, std::memory_order_release);
+  }
+
+  bool read(std::uint64_t i, memory_event& e) const noexcept {
+    const slot& s = slots_[static_cast<std::size_t>(i & mask_)];
+    const std::uint64_t before = s.seq.load(std::memory_order_acquire);
+    if (before != 2 * i + 2) return false;
+    std::uint64_t w[8];
+    for (int k = 0; k < 8; ++k)
+      w[k] = s.w[k].load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (s.seq.load(std::memory_order_relaxed) != before) return false;
+    const std::uint64_t since = w[0] >= start_ticks_ ? w[0] - start_ticks_ : 0;
+    e.time_ns = static_cast<std::int64_t>(static_cast<double>(since) * nanoseconds_per_tick());
+    e.kind = static_cast<memory_event_kind>(w[1] & 0xff);
+    e.scope = static_cast<std::uint32_t>((w[1] >> 8) & 0xffffffffu);
+    e.device = static_cast<int>(static_cast<std::uint32_t>(w[1] >> 40));
+    e.pool = reinterpret_cast<cudaMemPool_t>(static_cast<std::uintptr_t>(w[2]));
+    e.stream = reinterpret_cast<cudaStream_t>(static_cast<std::uintptr_t>(w[3]));
+    e.ptr = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(w[4]));
+    e.bytes = static_cast<std::size_t>(w[5]);
+    e.value = static_cast<std::size_t>(w[6]);
+    e.device_free = static_cast<std::size_t>(w[7]);
+    return true;
+  }
+
+  std::unique_ptr<slot[]> slots_;
+  std::size_t mask_ = 0;
+  alignas(64) std::atomic<std::uint64_t> head_{0};
+  alignas(64) std::atomic<std::uint64_t> last_sample_{0};
+  mutable std::atomic<std::uint64_t> interval_ticks_;
+  mutable std::atomic<double> ns_per_tick_{1.0};
+  std::int64_t interval_ns_ = 0;
+  std::uint64_t start_ticks_;
+  std::chrono::steady_clock::time_point start_;
+  mutable std::mutex names_mutex_;
+  std::vector<recorded_session> sessions_;
+  std::vector<std::pair<cudaMemPool_t, std::string>> pool_names_;
+};
+
+}  // namespace cuscope

@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <cstddef>
+#include <cstdint>
+#include <cuscope/memory_pool.hpp>
+#include <cuscope/recorder.hpp>
+#include <cuscope/stream.hpp>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+
+using cuscope::memory_event;
+using cuscope::memory_event_kind;
+using cuscope::memory_pool;
+using cuscope::recorder;
+using cuscope::recorder_options;
+using cuscope::test::device_guard;
+
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+const void* fake_ptr(std::uintptr_t i) {
+  return reinterpret_cast<const void*>(0x1000 + 16 * i);
+}
+
+recorder_options small(std::size_t capacity) {
+  recorder_options o;
+  o.capacity = capacity;
+  o.sample_interval = std::chrono::hours(1);  // only the samples a test asks for
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("recorder: events come back in order with every field", "[recorder]") {
+  recorder r(small(64));
+  cudaMemPool_t pool = reinterpret_cast<cudaMemPool_t>(std::uintptr_t{0x5000});
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(std::uintptr_t{0x6000});
+  r.record_allocate(2, pool, stream, fake_ptr(1), 256, 7);
+  r.record_free(2, pool, stream, fake_ptr(1), 256);
+  r.record_synchronize(2, stream);
+  r.record_threshold(2, pool, 4 * MiB);
+  r.record_retry(2, pool, stream, 3 * MiB);
+  const std::vector<memory_event> ev = r.events();
+  REQUIRE(ev.size() == 5);
+  CHECK(ev[0].kind == memory_event_kind::allocate);
+  CHECK(ev[0].device == 2);
+  CHECK(ev[0].pool == pool);
+  CHECK(ev[0].stream == stream);
+  CHECK(ev[0].ptr == fake_ptr(1));
+  CHECK(ev[0].bytes == 256);
+  CHECK(ev[0].scope == 7);
+  CHECK(ev[1].kind == memory_event_kind::free);
+  CHECK(ev[1].scope == 0);
+  CHECK(ev[2].kind == memory_event_kind::synchronize);
+  CHECK(ev[2].value == 0);
+  CHECK(ev[3].kind == memory_event_kind::set_threshold);
+  CHECK(ev[3].bytes == 4 * MiB);
+  CHECK(ev[4].kind == memory_event_kind::retry);
+  CHECK(ev[4].bytes == 3 * MiB);
+  for (std::size_t i = 1; i < ev.size(); ++i)
+    CHECK(ev[i].time_ns >= ev[i - 1].time_ns);
+  CHECK(r.recorded() == 5);
+  CHECK(r.dropped() == 0);
+  CHECK(std::string(cuscope::to_string(memory_event_kind::out_of_memory)) == "out_of_memory");
+}
+
+TEST_CASE("recorder: a full ring drops the oldest events and counts them", "[recorder]") {
+  recorder r(small(8));
+  CHECK(r.capacity() == 8);
+  for (std::uintptr_t i = 0; i < 20; ++i)
+    r.record_allocate(0, nullptr, nullptr, fake_ptr(i), i + 1);
+  CHECK(r.recorded() == 20);
+  CHECK(r.dropped() == 12);
+  const std::vector<memory_event> ev = r.events();
+  REQUIRE(ev.size() == 8);
+  for (std::size_t k = 0; k < ev.size(); ++k) {
+    CHECK(ev[k].ptr == fake_ptr(12 + k));
+    CHECK(ev[k].bytes == 13 + k);
+  }
+}
+
+TEST_CASE("recorder: the capacity is rounded up to a power of two and must not be 0",
+          "[recorder]") {
+  CHECK(recorder(small(5)).capacity() == 8);
+  CHECK(recorder(small(1)).capacity() == 1);
+  CHECK(recorder().capacity() == 65536);
+  CHECK_THROWS_AS(recorder(small(0)), std::invalid_argument);
+}
+
+TEST_CASE("recorder: threads record at once without losing or mixing events", "[recorder]") {
+  constexpr std::size_t threads = 4;
+  constexpr std::size_t each = 2000;
+  recorder r(small(threads * each));
+  std::vector<std::thread> workers;
+  for (std::size_t t = 0; t < threads; ++t) {
+    workers.emplace_back([&r, t] {
+      for (std::size_t i = 0; i < each; ++i)
+        r.record_allocate(static_cast<int>(t), nullptr, nullptr, fake_ptr(t * each + i), i,
+                          static_cast<std::uint32_t>(t + 1));
+    });
+  }
+  for (auto& w : workers)
+    w.join();
+  const std::vector<memory_event> ev = r.events();
+  REQUIRE(ev.size() == threads * each);
+  CHECK(r.dropped() == 0);
+  std::vector<std::size_t> next(threads, 0);
+  for (const memory_event& e : ev) {
+    const std::size_t t = e.scope - 1;
+    REQUIRE(t < threads);
+    CHECK(e.device == static_cast<int>(t));
+    // Each thread's events are whole and in the order it recorded them.
+    CHECK(e.bytes == next[t]);
+    CHECK(e.ptr == fake_ptr(t * each + next[t]));
+    ++next[t];
+  }
+}
+
+TEST_CASE("recorder: a sample reads the pool's use and reserve and the device's free memory",
+          "[recorder]") {
+  device_guard device;
+  memory_pool pool;
+  cuscope::stream s;
+  void* p = pool.allocate(s, 8 * MiB);
+  recorder r(small(16));
+  r.sample(0, pool.get());
+  pool.deallocate(s, p, 8 * MiB);
+  s.synchronize();
+  const auto stats = pool.stats();
+  std::size_t free_bytes = 0;
+  std::size_t total = 0;
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total) == cudaSuccess);
+  const std::vector<memory_event> ev = r.events();
+  REQUIRE(ev.size() == 1);
+  CHECK(ev[0].kind == memory_event_kind::sample);
+  CHECK(ev[0].bytes == 8 * MiB);
+  CHECK(ev[0].value == stats.reserved_bytes);
+  if (cuscope::test::simulated) CHECK(ev[0].device_free == free_bytes);
+  CHECK(ev[0].device_free > 0);
+}
+
+TEST_CASE("recorder: sessions get ids, names and parents", "[recorder]") {
+  device_guard device;
+  recorder r(small(64));
+  const std::uint32_t outer = r.begin_session("epoch 1", 0, 0, nullptr);
+  const std::uint32_t inner = r.begin_session("batch", outer, 0, nullptr);
+  r.end_session(inner, 2, 512);
+  r.end_session(outer, 0, 0);
+  CHECK(outer == 1);
+  CHECK(inner == 2);
+  const auto sessions = r.sessions();
+  REQUIRE(sessions.size() == 2);
+  CHECK(sessions[1].name == "batch");
+  CHECK(sessions[1].parent == 1);
+  std::size_t ends = 0;
+  for (const memory_event& e : r.events()) {
+    if (e.kind != memory_event_kind::session_end) continue;
+    ++ends;
+    if (e.scope == inner) {
+      CHECK(e.value == 2);
+      CHECK(e.bytes == 512);
+    }
+  }
+  CHECK(ends == 2);
+}
