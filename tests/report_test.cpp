@@ -104,3 +104,110 @@ TEST_CASE("report: a failing runtime call gives a clean exception and leaves the
   CHECK(runs > 4);
 }
 #endif
+
+TEST_CASE(
+    "report: what nvidia-smi shows for the process is split into pools, cudaMalloc and the "
+    "rest",
+    "[report]") {
+  device_guard device;
+  memory_pool pool;
+  cuscope::stream s;
+  cuscope::device_buffer<char> live(s, 48 * MiB, pool);
+  { cuscope::device_buffer<char> gone(s, 16 * MiB, pool); }
+  s.synchronize();
+  void* raw = nullptr;
+  REQUIRE(cudaMalloc(&raw, 32 * MiB) == cudaSuccess);
+  cuscope::report_options o;
+  o.malloc_bytes = 32 * MiB;
+  const auto r = memory_report(0, {named_pool{"activations", pool}}, o);
+  INFO(r.to_string());
+  CHECK(r.pool_used_bytes() == 48 * MiB);
+  CHECK(r.pool_cached_bytes() == r.pool_reserved_bytes() - 48 * MiB);
+  if (cuscope::test::simulated) {
+    // The simulated device's NVML: this process holds what the device has taken.
+    CHECK(r.process.source == "the simulated device's NVML");
+    REQUIRE(r.has_process_footprint());
+    CHECK(r.process.used_bytes == r.taken_bytes());
+    CHECK(r.other_processes_bytes() == 0);
+    CHECK(r.process_outside_pools_bytes() == cuscope::sim::config().context_bytes + 32 * MiB);
+    CHECK(r.process_rest_bytes() == cuscope::sim::config().context_bytes);
+  } else if (r.has_process_footprint()) {
+    CHECK(r.process.used_bytes >= r.pool_reserved_bytes());
+    CHECK(r.process.used_bytes <= r.taken_bytes());
+  }
+  if (r.has_process_footprint()) {
+    CHECK(r.pool_used_bytes() + r.pool_cached_bytes() + *r.malloc_bytes + r.process_rest_bytes() ==
+          r.process.used_bytes);
+    const std::string table = r.to_string();
+    CHECK_THAT(table, contains("nvidia-smi shows this process using"));
+    CHECK_THAT(table, contains("cudaMalloc (as given)"));
+    CHECK_THAT(table, contains("the rest (context, libraries)"));
+  }
+  REQUIRE(cudaFree(raw) == cudaSuccess);
+}
+
+TEST_CASE("report: NVML is not asked when the options say so", "[report]") {
+  device_guard device;
+  cuscope::report_options o;
+  o.query_nvml = false;
+  const auto r = memory_report(0, {}, o);
+  CHECK_FALSE(r.has_process_footprint());
+  CHECK(r.process_outside_pools_bytes() == 0);
+  CHECK(r.other_processes_bytes() == 0);
+  CHECK_THAT(r.to_string(), contains("not asked (report_options::query_nvml)"));
+}
+
+#if CUSCOPE_TEST_SIMULATED
+TEST_CASE("report: a device without NVML is reported as unavailable", "[report][sim]") {
+  device_guard device;
+  cuscope::sim::device_config c = cuscope::sim::config();
+  c.nvml = false;
+  cuscope::sim::reset(c);
+  memory_pool pool;
+  const auto r = memory_report(0, pool);
+  CHECK_FALSE(r.process.available);
+  CHECK_FALSE(r.has_process_footprint());
+  CHECK_THAT(r.process.source, contains("unavailable"));
+  CHECK_THAT(r.to_string(), contains("nvidia-smi's view (NVML): unavailable"));
+  // The pools are reported all the same.
+  CHECK(r.pools.size() == 2);
+}
+
+TEST_CASE("report: the simulated NVML follows NVML's calling conventions", "[report][sim]") {
+  device_guard device({2});
+  using namespace cuscope::detail::nvml;
+  const library lib;
+  REQUIRE(lib.loaded());
+  const auto init = lib.function<return_t (*)()>("nvmlInit_v2");
+  const auto shutdown = lib.function<return_t (*)()>("nvmlShutdown");
+  const auto by_bus =
+      lib.function<return_t (*)(const char*, device_t*)>("nvmlDeviceGetHandleByPciBusId_v2");
+  const auto query = lib.function<return_t (*)(device_t, unsigned int*, process_info_v2*)>(
+      "nvmlDeviceGetComputeRunningProcesses_v3");
+  REQUIRE(init != nullptr);
+  REQUIRE(by_bus != nullptr);
+  REQUIRE(query != nullptr);
+  CHECK(lib.symbol("nvmlDeviceGetMemoryInfo") == nullptr);
+  device_t d = nullptr;
+  CHECK(by_bus("00000000:01:00.0", &d) == 1);  // NVML_ERROR_UNINITIALIZED
+  REQUIRE(init() == success);
+  CHECK(by_bus("00000000:02:00.0", &d) == 6);  // NVML_ERROR_NOT_FOUND: two devices
+  CHECK(by_bus("not a bus id", &d) == 2);      // NVML_ERROR_INVALID_ARGUMENT
+  REQUIRE(by_bus("00000000:01:00.0", &d) == success);
+  unsigned int n = 0;
+  CHECK(query(d, &n, nullptr) == error_insufficient_size);
+  CHECK(n == 1);
+  process_info_v2 info{};
+  REQUIRE(query(d, &n, &info) == success);
+  CHECK(info.pid == this_process());
+  std::size_t free_bytes = 0;
+  std::size_t total = 0;
+  {
+    cuscope::scoped_device on(1);
+    REQUIRE(cudaMemGetInfo(&free_bytes, &total) == cudaSuccess);
+  }
+  CHECK(info.usedGpuMemory == total - free_bytes);
+  CHECK(shutdown() == success);
+  CHECK(shutdown() == 1);
+}
+#endif

@@ -8,12 +8,14 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "detail/format.hpp"
+#include "detail/nvml.hpp"
 #include "device.hpp"
 #include "error.hpp"
 #include "memory_pool.hpp"
@@ -45,13 +47,32 @@ struct pool_usage {
   }
 };
 
+/// @brief What NVML, the library behind nvidia-smi, says this process uses on a device.
+struct nvml_process_usage {
+  bool available = false;      ///< NVML answered for the device and knows the figure.
+  bool listed = false;         ///< This process is among the device's compute processes.
+  std::size_t used_bytes = 0;  ///< What nvidia-smi prints for this process.
+  std::string source;          ///< Where the answer came from, or why there is none.
+};
+
+/// @brief What memory_report asks besides the pools.
+struct report_options {
+  /// @brief Ask NVML what this process uses (loads libnvidia-ml.so.1 for the call).
+  bool query_nvml = true;
+  /// @brief cudaMalloc memory the caller knows of (its own accounting), to split it from the rest
+  /// of what the process holds outside the pools; CUDA cannot tell it apart.
+  std::optional<std::size_t> malloc_bytes;
+};
+
 /// @brief A device's memory, accounted for.
 struct device_memory_report {
-  int device = 0;                 ///< The device.
-  std::string device_name;        ///< Its name.
-  std::size_t total_bytes = 0;    ///< Device memory (cudaMemGetInfo).
-  std::size_t free_bytes = 0;     ///< Free device memory (cudaMemGetInfo).
-  std::vector<pool_usage> pools;  ///< The pools asked about, then the default pool.
+  int device = 0;                           ///< The device.
+  std::string device_name;                  ///< Its name.
+  std::size_t total_bytes = 0;              ///< Device memory (cudaMemGetInfo).
+  std::size_t free_bytes = 0;               ///< Free device memory (cudaMemGetInfo).
+  std::vector<pool_usage> pools;            ///< The pools asked about, then the default pool.
+  nvml_process_usage process;               ///< This process as nvidia-smi sees it.
+  std::optional<std::size_t> malloc_bytes;  ///< report_options::malloc_bytes.
 
   /// @brief Memory the driver counts as taken, by this process and every other.
   [[nodiscard]] std::size_t taken_bytes() const noexcept {
@@ -69,6 +90,45 @@ struct device_memory_report {
   [[nodiscard]] std::size_t other_bytes() const noexcept {
     const std::size_t pools_total = pool_reserved_bytes();
     return taken_bytes() > pools_total ? taken_bytes() - pools_total : 0;
+  }
+
+  /// @brief Memory behind live allocations in the pools listed.
+  [[nodiscard]] std::size_t pool_used_bytes() const noexcept {
+    std::size_t sum = 0;
+    for (const pool_usage& p : pools)
+      sum += p.used_bytes;
+    return sum;
+  }
+  /// @brief Reserved and unused in the pools listed: what trimming them could give back.
+  [[nodiscard]] std::size_t pool_cached_bytes() const noexcept {
+    std::size_t sum = 0;
+    for (const pool_usage& p : pools)
+      sum += p.cached_bytes();
+    return sum;
+  }
+  /// @brief Whether NVML gave this process's footprint.
+  [[nodiscard]] bool has_process_footprint() const noexcept {
+    return process.available && process.listed;
+  }
+  /// @brief What this process holds outside the pools listed: cudaMalloc, the CUDA context,
+  /// other libraries' memory and pools not listed; 0 without has_process_footprint().
+  [[nodiscard]] std::size_t process_outside_pools_bytes() const noexcept {
+    if (!has_process_footprint()) return 0;
+    const std::size_t pooled = pool_reserved_bytes();
+    return process.used_bytes > pooled ? process.used_bytes - pooled : 0;
+  }
+  /// @brief process_outside_pools_bytes() less the cudaMalloc memory given in malloc_bytes: the
+  /// context, other libraries and pools not listed.
+  [[nodiscard]] std::size_t process_rest_bytes() const noexcept {
+    const std::size_t outside = process_outside_pools_bytes();
+    const std::size_t malloc = malloc_bytes.value_or(0);
+    return outside > malloc ? outside - malloc : 0;
+  }
+  /// @brief Taken memory that is not this process's (other processes); 0 without
+  /// has_process_footprint().
+  [[nodiscard]] std::size_t other_processes_bytes() const noexcept {
+    if (!has_process_footprint()) return 0;
+    return taken_bytes() > process.used_bytes ? taken_bytes() - process.used_bytes : 0;
   }
 
   /// @brief A table with human units.
@@ -90,6 +150,25 @@ struct device_memory_report {
     std::snprintf(line, sizeof line, "  %-34s %12s\n", "other (context, cudaMalloc, others)",
                   format_bytes(other_bytes()).c_str());
     s += line;
+    if (!has_process_footprint()) {
+      s += "  nvidia-smi's view (NVML): " +
+           (process.available ? std::string("this process is not listed") : process.source) + "\n";
+      return s;
+    }
+    s += "  nvidia-smi shows this process using " + format_bytes(process.used_bytes) + ":\n";
+    const auto row = [&](const char* what, std::size_t bytes) {
+      std::snprintf(line, sizeof line, "    %-32s %12s\n", what, format_bytes(bytes).c_str());
+      s += line;
+    };
+    row("live allocations in the pools", pool_used_bytes());
+    row("cached in the pools (trimmable)", pool_cached_bytes());
+    if (malloc_bytes) {
+      row("cudaMalloc (as given)", *malloc_bytes);
+      row("the rest (context, libraries)", process_rest_bytes());
+    } else {
+      row("outside the pools (context, cudaMalloc, libraries)", process_outside_pools_bytes());
+    }
+    row("other processes", other_processes_bytes());
     return s;
   }
 };
@@ -121,10 +200,12 @@ inline named_pool to_named(std::size_t index, const memory_pool_ref& p) {
 /// pools reserves and uses, the default pool, and the rest.
 /// @throws std::invalid_argument for an invalid device or a pool of another device.
 [[nodiscard]] inline device_memory_report memory_report(int device,
-                                                        const std::vector<named_pool>& pools) {
+                                                        const std::vector<named_pool>& pools,
+                                                        const report_options& options = {}) {
   detail::check_device(device, "cuscope::memory_report");
   device_memory_report r;
   r.device = device;
+  r.malloc_bytes = options.malloc_bytes;
   cudaDeviceProp prop{};
   CUSCOPE_DETAIL_TRY_FOR(cudaGetDeviceProperties(&prop, device),
                          "device " + std::to_string(device));
@@ -145,6 +226,20 @@ inline named_pool to_named(std::size_t index, const memory_pool_ref& p) {
     r.pools.push_back(detail::usage_of(p.name, p.pool, is_default));
   }
   if (!default_listed) r.pools.push_back(detail::usage_of("default pool", default_pool, true));
+  if (options.query_nvml) {
+    char bus_id[32];
+    std::snprintf(bus_id, sizeof bus_id, "%08x:%02x:%02x.0",
+                  static_cast<unsigned>(prop.pciDomainID), static_cast<unsigned>(prop.pciBusID),
+                  static_cast<unsigned>(prop.pciDeviceID));
+    const detail::nvml::answer a =
+        detail::nvml::process_usage(bus_id, detail::nvml::this_process());
+    r.process.available = a.available;
+    r.process.listed = a.listed;
+    r.process.used_bytes = a.used_bytes;
+    r.process.source = a.source;
+  } else {
+    r.process.source = "not asked (report_options::query_nvml)";
+  }
   return r;
 }
 

@@ -253,6 +253,14 @@ struct state {
 
 state& global();
 
+}  // namespace cuscope::sim::detail
+
+/// The simulated devices' NVML entry points by name, for cuscope's NVML loader (nvml.cpp); null
+/// for names it does not provide and when device_config::nvml is off.
+extern "C" void* cuscope_sim_nvml_symbol(const char* name);
+
+namespace cuscope::sim::detail {
+
 // Thread-local view of the simulated process.
 struct thread_state {
   std::uint64_t generation = 0;

@@ -29,6 +29,9 @@ struct device_config {
   std::size_t context_bytes = std::size_t{300} << 20;         ///< Memory the context itself holds.
   std::size_t pool_granularity_bytes = std::size_t{2} << 20;  ///< Pools reserve in these chunks.
   execution mode = execution::deferred;                       ///< When enqueued work runs.
+  /// @brief Whether the devices answer NVML queries (what nvidia-smi shows); without it, cuscope
+  /// reports NVML as unavailable.
+  bool nvml = true;
 };
 
 /// @brief Starts a fresh simulated process: runs all pending work, then forgets every device,
