@@ -8,10 +8,12 @@
     target_link_libraries(app PRIVATE cuscope::cuscope cuscope::sim)  # on the simulated device
 
 The library is header-only, but the package also carries the simulated CUDA runtime, a static
-library, so it is built per configuration like any static library. Two components:
-  cuscope  cuscope::cuscope: the headers, and libcudart from the CUDA toolkit;
-  sim      cuscope::sim: the simulated runtime, linked as a whole archive (its definitions then win
-           over libcudart's) with --as-needed (which drops libcudart when nothing else needs it).
+library, so it is built per configuration like any static library. Three components:
+  headers  cuscope::headers: the include directories and the CCCL switch, no CUDA runtime;
+  cuscope  cuscope::cuscope: the headers and the static CUDA runtime (libcudart_static), as nvcc
+           and CMake link it by default;
+  sim      cuscope::sim: the headers and the simulated runtime, linked as a whole archive, so its
+           definitions are the ones a program uses even with the static CUDA runtime beside it.
 CUDA is not a Conan package: the toolkit on the machine is used, looked for where CMake's
 FindCUDAToolkit looks (CUDAToolkit_ROOT, CUDA_PATH, nvcc on PATH, /usr/local/cuda), when the package
 is built and again, in package_info(), on the machine that consumes it.
@@ -127,27 +129,37 @@ class CuscopeConan(ConanFile):
                 "cuscope: no CUDA toolkit found: set CUDAToolkit_ROOT or CUDA_PATH to its root, "
                 "or put nvcc on PATH")
 
-        core = self.cpp_info.components["cuscope"]
-        core.set_property("cmake_target_name", "cuscope::cuscope")
-        core.set_property("pkg_config_name", "cuscope")
-        core.includedirs = ["include", include]
-        core.libdirs = [libdir]
-        core.bindirs = []
-        core.system_libs = ["cudart"]
+        headers = self.cpp_info.components["headers"]
+        headers.set_property("cmake_target_name", "cuscope::headers")
+        headers.set_property("pkg_config_name", "cuscope-headers")
+        headers.includedirs = ["include", include]
+        headers.libdirs = []
+        headers.bindirs = []
+        # CCCL up to 3.0 hides cuda::mr behind this switch: set for every translation unit.
+        headers.defines = ["LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE"]
         # CUDA 13 keeps Thrust, CUB and libcu++ under include/cccl: nvcc adds it by itself, a plain
         # C++ compiler needs it spelled out (cxxflags reach C++ compilations only).
         cccl = os.path.join(include, "cccl")
         if os.path.isdir(cccl):
-            core.cxxflags = [f"-isystem{cccl}"]
+            headers.cxxflags = [f"-isystem{cccl}"]
+
+        core = self.cpp_info.components["cuscope"]
+        core.set_property("cmake_target_name", "cuscope::cuscope")
+        core.set_property("pkg_config_name", "cuscope")
+        core.requires = ["headers"]
+        core.includedirs = []
+        core.libdirs = [libdir]
+        core.bindirs = []
+        core.system_libs = ["cudart_static", "dl", "rt", "pthread"]
 
         sim = self.cpp_info.components["sim"]
         sim.set_property("cmake_target_name", "cuscope::sim")
         sim.set_property("pkg_config_name", "cuscope-sim")
-        sim.requires = ["cuscope"]
+        sim.requires = ["headers"]
         sim.includedirs = []
         sim.libdirs = []
         sim.bindirs = []
         archive = os.path.join(self.package_folder, "lib", "libcuscope_sim.a")
-        whole_archive = [f"-Wl,--whole-archive,{archive},--no-whole-archive", "-Wl,--as-needed"]
+        whole_archive = [f"-Wl,--whole-archive,{archive},--no-whole-archive"]
         sim.exelinkflags = whole_archive
         sim.sharedlinkflags = whole_archive

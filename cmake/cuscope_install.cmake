@@ -7,8 +7,8 @@
 #   <lib>/pkgconfig/           cuscope.pc, cuscope-sim.pc
 #   <share>/doc/cuscope/       LICENSE, CHANGELOG.md
 #
-# Exported targets: cuscope::cuscope, cuscope::sim and cuscope::sim_runtime, the archive that
-# cuscope::sim links as a whole archive (users never name it).
+# Exported targets: cuscope::headers, cuscope::cuscope, cuscope::sim and cuscope::sim_runtime, the
+# archive that cuscope::sim links as a whole archive (users never name it).
 
 if(NOT CUSCOPE_INSTALL)
   return()
@@ -36,7 +36,8 @@ function(cuscope_install_package)
     DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
   # Targets.
-  set(targets cuscope)
+  set_target_properties(cuscope_headers PROPERTIES EXPORT_NAME headers)
+  set(targets cuscope_headers cuscope)
   if(CUSCOPE_BUILD_SIM)
     install(FILES ${PROJECT_SOURCE_DIR}/sim/include/cuscope/sim.hpp
       DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/cuscope)
@@ -76,12 +77,18 @@ function(cuscope_install_package)
       set(pc_${kind} "\${prefix}/${pc_${kind}}")
     endif()
   endforeach()
-  set(pc_cuda_cflags "")
+  # The flags of cuscope::headers, in both files: cuscope-sim.pc does not require cuscope.pc, whose
+  # libraries are the CUDA runtime's.
+  set(pc_cflags "-I\${includedir}")
   foreach(dir IN LISTS CUDAToolkit_INCLUDE_DIRS)
-    string(APPEND pc_cuda_cflags " -I${dir}")
+    string(APPEND pc_cflags " -I${dir}")
     if(EXISTS "${dir}/cccl")
-      string(APPEND pc_cuda_cflags " -I${dir}/cccl")
+      string(APPEND pc_cflags " -I${dir}/cccl")
     endif()
+  endforeach()
+  get_target_property(definitions cuscope_headers INTERFACE_COMPILE_DEFINITIONS)
+  foreach(definition IN LISTS definitions)
+    string(APPEND pc_cflags " -D${definition}")
   endforeach()
   set(pc_cuda_libdir "${CUDAToolkit_LIBRARY_DIR}")
   configure_file(${PROJECT_SOURCE_DIR}/cmake/cuscope.pc.in ${package_dir}/cuscope.pc @ONLY)

@@ -28,7 +28,7 @@ function(cuscope_generate_version_header)
   set(generated ${include_dir}/cuscope/version.hpp)
   configure_file(${CMAKE_CURRENT_FUNCTION_LIST_DIR}/version.hpp.in ${generated}
     @ONLY NEWLINE_STYLE LF)
-  target_include_directories(cuscope INTERFACE $<BUILD_INTERFACE:${include_dir}>)
+  target_include_directories(cuscope_headers INTERFACE $<BUILD_INTERFACE:${include_dir}>)
   set(CUSCOPE_GENERATED_INCLUDE_DIR ${include_dir} PARENT_SCOPE)
 
   # A checkout with CRLF line endings is still in step: compare the text, not the bytes.

@@ -9,14 +9,13 @@
 /// stream)) and CCCL 3.1+ (allocate_sync(bytes, alignment), allocate(stream, bytes, alignment)).
 #pragma once
 
-// CCCL up to 3.0 hides cuda::mr behind this switch. <cuda/memory_resource> included earlier
-// without it has no concepts to offer, and cannot be included again.
-#if !defined(LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE)
-#  if defined(_CUDA__MEMORY_RESOURCE_RESOURCE_H)
-#    error \
-        "cuscope/memory_resource.hpp: <cuda/memory_resource> was included before without LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE; define it for the whole build, or include this header first"
-#  endif
-#  define LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE
+// CCCL up to 3.0 hides cuda::mr behind LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE. It must be
+// defined for the whole build (cuscope::headers, pkg-config's cuscope and the Conan package define
+// it): defined here, it would depend on which header first includes <cuda/memory_resource>.
+#include <cuda/std/version>
+#if (!defined(CCCL_VERSION) || CCCL_VERSION < 3001000) && !defined(LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE)
+#  error \
+      "cuscope/memory_resource.hpp: CCCL before 3.1 needs LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE defined for the whole build (the cuscope::cuscope target and pkg-config's cuscope define it)"
 #endif
 
 #include <cuda_runtime_api.h>

@@ -2,6 +2,10 @@
 // Compiler and toolkit switches shared by the public headers.
 #pragma once
 
+#if __cplusplus < 201703L && !(defined(_MSVC_LANG) && _MSVC_LANG >= 201703L)
+#  error "cuscope needs C++17 or later: compile with -std=c++17 (nvcc: -std=c++17)"
+#endif
+
 #include <cuda_runtime_api.h>
 
 #if defined(__CUDACC__)
