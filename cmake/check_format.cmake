@@ -5,6 +5,7 @@ file(GLOB_RECURSE sources
   ${SOURCE_DIR}/include/*.hpp ${SOURCE_DIR}/sim/*.hpp ${SOURCE_DIR}/sim/*.cpp
   ${SOURCE_DIR}/tests/*.hpp ${SOURCE_DIR}/tests/*.cpp ${SOURCE_DIR}/tests/*.cu
   ${SOURCE_DIR}/examples/*.hpp ${SOURCE_DIR}/examples/*.cpp ${SOURCE_DIR}/examples/*.cu
+  ${SOURCE_DIR}/examples/*.cuh
   ${SOURCE_DIR}/benchmarks/*.hpp ${SOURCE_DIR}/benchmarks/*.cpp ${SOURCE_DIR}/benchmarks/*.cu
   ${SOURCE_DIR}/test_package/*.cpp)
 list(FILTER sources EXCLUDE REGEX "/build[^/]*/")

@@ -40,6 +40,7 @@ function(cuscope_install_package)
   set(targets cuscope_headers cuscope)
   if(CUSCOPE_BUILD_SIM)
     install(FILES ${PROJECT_SOURCE_DIR}/sim/include/cuscope/sim.hpp
+      ${PROJECT_SOURCE_DIR}/sim/include/cuscope/sim_kernels.hpp
       DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/cuscope)
     set_target_properties(cuscope_sim PROPERTIES EXPORT_NAME sim)
     set_target_properties(cuscope_sim_runtime PROPERTIES EXPORT_NAME sim_runtime)

@@ -13,7 +13,8 @@
 // defined for the whole build (cuscope::headers, pkg-config's cuscope and the Conan package define
 // it): defined here, it would depend on which header first includes <cuda/memory_resource>.
 #include <cuda/std/version>
-#if (!defined(CCCL_VERSION) || CCCL_VERSION < 3001000) && !defined(LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE)
+#if (!defined(CCCL_VERSION) || CCCL_VERSION < 3001000) && \
+    !defined(LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE)
 #  error \
       "cuscope/memory_resource.hpp: CCCL before 3.1 needs LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE defined for the whole build (the cuscope::cuscope target and pkg-config's cuscope define it)"
 #endif

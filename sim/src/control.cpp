@@ -78,6 +78,10 @@ const char* const simulated_apis[] = {
     "cudaEventQuery",
     "cudaEventElapsedTime",
     "cudaEventDestroy",
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cudaFuncGetAttributes",
+    "cudaFuncSetAttribute",
 };
 
 bool real_cuda_allowed() {

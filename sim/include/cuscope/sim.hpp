@@ -94,3 +94,5 @@ template <class T>
 inline constexpr unsigned char poison_byte = 0xCD;
 
 }  // namespace cuscope::sim
+
+#include "sim_kernels.hpp"  // host stand-ins for kernels
