@@ -99,6 +99,7 @@ def main():
     p.add_argument("--each-header", action="store_true",
                    help="also measure every public header alone")
     p.add_argument("--baseline", help="the --json of an earlier --each-header run to compare with")
+    p.add_argument("--nvcc", help="also measure nvcc translation units with this nvcc")
     a = p.parse_args()
     runs = a.runs or (3 if a.quick else 9)
     flags = ["-std=c++17"] + ["-I" + d for d in a.include] + \
@@ -206,6 +207,11 @@ def main():
     for h in headline:
         print("headline: %s: %.2fx" % (h["name"], h["value"]))
     tables = [{"title": title, "columns": columns, "rows": rows}]
+    nvcc_results = {}
+    if a.nvcc:
+        nvcc_results, nvcc_table, nvcc_headline = measure_nvcc(a.nvcc, flags, runs)
+        tables.append(nvcc_table)
+        headline += nvcc_headline
     if headers:
         tables.append(header_table(results, headers, version, runs, a.baseline))
     if a.json:
@@ -224,11 +230,80 @@ def main():
             "included_headers": re.findall(r"<([^>]+)>", dependencies(a.include)),
             "ratios": ratios, "headline": headline,
         }
+        if nvcc_results:
+            doc["nvcc"] = nvcc_results
         with open(a.json, "w") as f:
             json.dump(doc, f, indent=2)
             f.write("\n")
         print("wrote " + a.json)
     return 0
+
+
+NVCC_KERNEL = "__global__ void scale(float* p, float by) { p[threadIdx.x] *= by; }\n"
+NVCC_ARCHS = {
+    "1 architecture": ["-arch=sm_90"],
+    "4 architectures": ["-gencode=arch=compute_%d,code=sm_%d" % (sm, sm)
+                        for sm in (80, 86, 89, 90)],
+}
+
+
+def measure_nvcc(nvcc, flags, runs):
+    """nvcc -c of a kernel with <cuda_runtime.h> alone and with <cuscope/cuscope.hpp>, for one and
+    four architectures, interleaved in rounds. Returns (results, table, headline)."""
+    lines = subprocess.run([nvcc, "--version"], stdout=subprocess.PIPE,
+                           universal_newlines=True).stdout.strip().splitlines()
+    version = next((l for l in lines if "release" in l), lines[-1] if lines else nvcc)
+    units = [("runtime", "#include <cuda_runtime.h>\n" + NVCC_KERNEL),
+             ("cuscope", "#include <cuda_runtime.h>\n#include <cuscope/cuscope.hpp>\n" +
+              NVCC_KERNEL)]
+    cases = [(u, arch) for u, _ in units for arch in NVCC_ARCHS]
+    cpu = {c: [] for c in cases}
+    with tempfile.TemporaryDirectory(prefix="cuscope-compile-cost-nvcc-") as work:
+        paths = {}
+        for name, text in units:
+            paths[name] = os.path.join(work, name + ".cu")
+            with open(paths[name], "w") as f:
+                f.write(text)
+        out = os.path.join(work, "out.o")
+        command = lambda c: [nvcc] + flags + NVCC_ARCHS[c[1]] + ["-c", paths[c[0]], "-o", out]
+        for c in cases:  # warm-up
+            timed(command(c))
+        for r in range(runs):
+            for i in range(len(cases)):
+                c = cases[(i + r) % len(cases)]
+                cpu[c].append(timed(command(c))[1])
+    med = {c: statistics.median(v) for c, v in cpu.items()}
+    one, four = list(NVCC_ARCHS)
+    added_one = med[("cuscope", one)] - med[("runtime", one)]
+    added_per_arch = ((med[("cuscope", four)] - med[("cuscope", one)]) -
+                      (med[("runtime", four)] - med[("runtime", one)])) / 3
+    columns = ["nvcc -c, CPU time", "<cuda_runtime.h> + kernel", "+ <cuscope/cuscope.hpp>",
+               "added by cuscope"]
+    rows = [[arch, "%.2f s" % med[("runtime", arch)], "%.2f s" % med[("cuscope", arch)],
+             "%+.2f s" % (med[("cuscope", arch)] - med[("runtime", arch)])]
+            for arch in NVCC_ARCHS]
+    rows.append(["per extra architecture", "", "", "%+.2f s" % added_per_arch])
+    title = "compile cost in nvcc translation units: %s, median CPU time of %d runs" % (
+        version, runs)
+    widths = [max(len(c), *(len(t[i]) for t in rows)) for i, c in enumerate(columns)]
+    fmt = lambda cells: "  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i])
+                                  for i, c in enumerate(cells))
+    print("\n" + title)
+    print(fmt(columns))
+    print("-" * (sum(widths) + 2 * (len(widths) - 1)))
+    for t in rows:
+        print(fmt(t))
+    headline = [
+        {"name": "compile: seconds <cuscope/cuscope.hpp> adds to an nvcc translation unit, "
+                 "1 architecture, CPU time", "value": added_one, "unit": "s"},
+        {"name": "compile: seconds <cuscope/cuscope.hpp> adds per extra nvcc architecture, "
+                 "CPU time", "value": added_per_arch, "unit": "s"},
+    ]
+    for h in headline:
+        print("headline: %s: %+.2f s" % (h["name"], h["value"]))
+    results = {"nvcc %s, %s" % c: {"cpu_ms": {"median": med[c] * 1e3, "n": len(cpu[c])}}
+               for c in cases}
+    return results, {"title": title, "columns": columns, "rows": rows}, headline
 
 
 def header_table(results, headers, version, runs, baseline):

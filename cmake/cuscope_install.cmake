@@ -80,11 +80,13 @@ function(cuscope_install_package)
   endforeach()
   # The flags of cuscope::headers, in both files: cuscope-sim.pc does not require cuscope.pc, whose
   # libraries are the CUDA runtime's.
+  # The toolkit's directories are system directories, as CMake's targets make them: a consumer's
+  # warning flags then apply to its code and cuscope's, not to the toolkit's headers.
   set(pc_cflags "-I\${includedir}")
   foreach(dir IN LISTS CUDAToolkit_INCLUDE_DIRS)
-    string(APPEND pc_cflags " -I${dir}")
+    string(APPEND pc_cflags " -isystem ${dir}")
     if(EXISTS "${dir}/cccl")
-      string(APPEND pc_cflags " -I${dir}/cccl")
+      string(APPEND pc_cflags " -isystem ${dir}/cccl")
     endif()
   endforeach()
   get_target_property(definitions cuscope_headers INTERFACE_COMPILE_DEFINITIONS)
