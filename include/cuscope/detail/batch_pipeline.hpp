@@ -74,9 +74,10 @@ class batch_pipeline {
   /// Validates, cuts the source, and makes the streams, events and buffers (shrinking the batch
   /// when config.adapt_to_memory allows and memory is short). Nothing is enqueued until begin().
   batch_pipeline(stream_ref stream, const T* host, std::size_t elements, producer produce,
-                 std::size_t batch_size, memory_pool_ref pool, const batch_config& config,
+                 std::size_t requested_batch_size, memory_pool_ref pool, const batch_config& config,
                  out_t* out_data, const batch_out_spec* out)
-      : plan_(elements, batch_size, config, host != nullptr || static_cast<bool>(produce), out),
+      : plan_(elements, requested_batch_size, config, host != nullptr || static_cast<bool>(produce),
+              out),
         stream_(stream.get()),
         pool_(pool),
         host_(host),
