@@ -21,8 +21,9 @@ namespace cuscope {
 /// @brief count elements of a trivially copyable T in page-locked host memory (cudaHostAlloc),
 /// freed with the object. Contents start uninitialized; a zero-length buffer holds no allocation.
 ///
-/// Move-only. Freeing page-locked memory waits for the device (cudaFreeHost synchronizes), so
-/// keep such buffers for the life of a loop rather than per iteration.
+/// Move-only. Freeing page-locked memory is slow (GPUs synchronize in cudaFreeHost), so keep such
+/// buffers for the life of a loop rather than per iteration. CUDA does not promise that
+/// synchronization: synchronize the streams that use the buffer before it is destroyed.
 template <class T>
 class pinned_buffer {
   static_assert(std::is_trivially_copyable_v<T>, "pinned_buffer<T> needs a trivially copyable T");

@@ -187,6 +187,8 @@ void teardown(state& g) {
   g.calls_by_api.clear();
   g.faults.clear();
   g.sticky = cudaSuccess;
+  g.revoked.clear();
+  g.faults_seen.clear();
 }
 
 std::string pointer_text(const void* p) {
@@ -338,11 +340,16 @@ namespace cuscope::sim {
 using namespace detail;
 
 void reset(const device_config& c) {
+  if (in_host_function())
+    throw std::logic_error("cuscope::sim::reset: called from a host function");
   validate(c);
   state& g = global();
   std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  g.resetting = true;
   drive_all(g);
-  const std::string outstanding = report(g);
+  g.resetting = false;
+  const std::string outstanding = g.abandoned_report + report(g);
+  g.abandoned_report.clear();
   teardown(g);
   g.config = c;
   ++g.generation;
@@ -434,6 +441,12 @@ void* host_view(const void* device_ptr, std::size_t bytes) {
     throw std::out_of_range(msg);
   }
   return p;
+}
+
+std::string fault_report() {
+  state& g = global();
+  std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  return g.faults_seen;
 }
 
 std::size_t pending_operations() {

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -14,6 +15,7 @@
 #include <new>
 #include <set>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
@@ -106,8 +108,12 @@ struct operation {
   std::uint64_t seq = 0;     // position in its stream, from 1
   std::uint64_t ticket = 0;  // global enqueue order
   std::vector<dependency> deps;
-  work_fn work;  // empty for markers
+  work_fn work;                    // empty for markers and host functions
+  cudaHostFn_t host_fn = nullptr;  // a host function, run on the runtime's thread
+  void* host_data = nullptr;
 };
+
+struct host_thread;  // the runtime's own thread for host functions (streams.cpp)
 
 struct state;
 
@@ -222,6 +228,16 @@ struct device_state {
   std::vector<CUstream_st*> streams;  // every stream of the device, legacy included
 };
 
+// Memory that cudaFree, cudaFreeHost or cudaHostUnregister took away while work enqueued before
+// them (tickets below ticket) was still pending: that work must not touch it.
+struct revoked_range {
+  std::uintptr_t begin = 0;
+  std::uintptr_t end = 0;
+  std::uint64_t ticket = 0;
+  std::uint64_t call = 0;
+  const char* api = "";
+};
+
 constexpr std::size_t any_api = static_cast<std::size_t>(-1);
 
 struct fault {
@@ -249,6 +265,17 @@ struct state {
   std::vector<std::size_t> calls_by_api;  // by index of the simulated function
   std::vector<fault> faults;
   cudaError_t sticky = cudaSuccess;
+  std::vector<revoked_range> revoked;
+  // One thread at a time runs enqueued work (it holds the token); it lets go of the lock only
+  // while a host function runs on the runtime's thread.
+  std::thread::id driver{};
+  unsigned driver_depth = 0;
+  std::condition_variable_any driver_free;
+  host_thread* host = nullptr;          // started at the first host function
+  std::vector<host_thread*> abandoned;  // threads left running a host function by reset()
+  bool resetting = false;
+  std::string abandoned_report;  // what reset() abandoned
+  std::string faults_seen;       // fault_report()
 };
 
 state& global();
@@ -316,6 +343,15 @@ void poison(std::byte* p, std::size_t bytes);
 const device_allocation* find_allocation_containing(const state& g, std::uintptr_t p,
                                                     std::size_t bytes);
 const host_allocation* find_host_containing(const state& g, std::uintptr_t p, std::size_t bytes);
+// [p, p + bytes) is freed now, before the work already enqueued has run.
+void revoke(state& g, std::uintptr_t p, std::size_t bytes, const char* api);
+// The revoked range that the operation enqueued as ticket must no longer touch, or nullptr.
+const revoked_range* revoked_for(const state& g, std::uintptr_t p, std::size_t bytes,
+                                 std::uint64_t ticket);
+// Whether the operation enqueued as ticket may still touch [p, p + bytes) when it runs; if not,
+// records the fault and sets the sticky cudaErrorIllegalAddress.
+bool usable_by(state& g, std::uintptr_t p, std::size_t bytes, std::uint64_t ticket,
+               const char* what);
 // Gives memory from cudaMalloc back to its device.
 void release_malloc(state& g, std::uintptr_t ptr, std::size_t footprint, int device);
 
@@ -324,7 +360,8 @@ CUstream_st* create_stream(state& g, int device, unsigned flags, int priority,
                            CUstream_st::kind_t kind);
 cudaError_t resolve_stream(state& g, cudaStream_t handle, bool per_thread_default,
                            CUstream_st*& out);
-std::uint64_t enqueue(state& g, CUstream_st& s, work_fn work, std::vector<dependency> deps = {});
+std::uint64_t enqueue(state& g, CUstream_st& s, work_fn work, std::vector<dependency> deps = {},
+                      cudaHostFn_t host_fn = nullptr, void* host_data = nullptr);
 void drive(state& g, std::vector<dependency> targets);
 void drive_to(state& g, CUstream_st& s, std::uint64_t seq);  // drive(g, {{&s, seq}}), faster
 void drive_stream(state& g, CUstream_st& s);

@@ -4,6 +4,8 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -118,6 +120,43 @@ const host_allocation* find_host_containing(const state& g, std::uintptr_t p, st
   return &h;
 }
 
+void revoke(state& g, std::uintptr_t p, std::size_t bytes, const char* api) {
+  // Only work enqueued before now can still touch the memory; ranges whose earlier work has all
+  // run are forgotten.
+  std::uint64_t oldest = g.next_ticket;
+  for (const auto& s : g.streams)
+    if (!s->pending.empty()) oldest = std::min(oldest, s->pending.front().ticket);
+  g.revoked.erase(std::remove_if(g.revoked.begin(), g.revoked.end(),
+                                 [&](const revoked_range& r) { return r.ticket <= oldest; }),
+                  g.revoked.end());
+  if (oldest == g.next_ticket || bytes == 0) return;
+  g.revoked.push_back({p, p + bytes, g.next_ticket, g.calls, api});
+}
+
+const revoked_range* revoked_for(const state& g, std::uintptr_t p, std::size_t bytes,
+                                 std::uint64_t ticket) {
+  for (const revoked_range& r : g.revoked)
+    if (ticket < r.ticket && p < r.end && p + bytes > r.begin) return &r;
+  return nullptr;
+}
+
+bool usable_by(state& g, std::uintptr_t p, std::size_t bytes, std::uint64_t ticket,
+               const char* what) {
+  if (const revoked_range* found = revoked_for(g, p, bytes, ticket)) {
+    const revoked_range& r = *found;
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "%s of %zu bytes at %p was enqueued before %s (call #%" PRIu64
+                  ") freed %p, and ran after it: %s does not wait for enqueued work\n",
+                  what, bytes, reinterpret_cast<void*>(p), r.api, r.call,
+                  reinterpret_cast<void*>(r.begin), r.api);
+    g.faults_seen += line;
+    g.sticky = cudaErrorIllegalAddress;
+    return false;
+  }
+  return true;
+}
+
 void release_malloc(state& g, std::uintptr_t ptr, std::size_t footprint, int device) {
   g.devices[static_cast<std::size_t>(device)].malloc_bytes -= footprint;
   release_region(g, device, ptr);
@@ -142,12 +181,27 @@ bool is_host(memory m) {
   return m == memory::pinned || m == memory::pageable;
 }
 
-// Copies device memory at run time: the allocation may be gone by then (a misordered free), which
-// a GPU reports as an illegal address.
-std::byte* device_bytes(state& g, std::uintptr_t address, std::size_t bytes) {
+// Device memory for an operation at run time: the allocation may be gone by then (a misordered
+// free), which a GPU reports as an illegal address.
+std::byte* device_bytes(state& g, std::uintptr_t address, std::size_t bytes, std::uint64_t ticket,
+                        const char* what) {
+  if (!g.revoked.empty() && !usable_by(g, address, bytes, ticket, what)) return nullptr;
   std::byte* p = translate(g, address, bytes);
-  if (p == nullptr) g.sticky = cudaErrorIllegalAddress;
+  if (p == nullptr) {
+    char line[200];
+    std::snprintf(line, sizeof line, "%s of %zu bytes at %p: the memory is not reserved\n", what,
+                  bytes, reinterpret_cast<void*>(address));
+    g.faults_seen += line;
+    g.sticky = cudaErrorIllegalAddress;
+  }
   return p;
+}
+
+// Host memory for an operation at run time: pinned memory freed since it was enqueued faults.
+bool host_usable(state& g, const void* p, std::size_t bytes, std::uint64_t ticket,
+                 const char* what) {
+  return g.revoked.empty() ||
+         usable_by(g, reinterpret_cast<std::uintptr_t>(p), bytes, ticket, what);
 }
 
 cudaError_t allocate_pinned(state& g, void** ptr, std::size_t bytes, unsigned flags,
@@ -210,35 +264,42 @@ cudaError_t copy(state& g, void* dst, const void* src, std::size_t count, cudaMe
   }
   const auto d_addr = reinterpret_cast<std::uintptr_t>(dst);
   const auto s_addr = reinterpret_cast<std::uintptr_t>(src);
+  const std::uint64_t ticket = g.next_ticket;  // the copy's, given by enqueue below
   bool wait = synchronous_call;
   work_fn work;
   if (from == memory::pageable && to == memory::device) {
     // Pageable sources are staged when the call is made, as the driver does.
     auto staged = std::make_shared<std::vector<std::byte>>(
         static_cast<const std::byte*>(src), static_cast<const std::byte*>(src) + count);
-    work = [&g, d_addr, staged] {
-      if (std::byte* p = device_bytes(g, d_addr, staged->size()))
+    work = [&g, d_addr, staged, ticket] {
+      if (std::byte* p = device_bytes(g, d_addr, staged->size(), ticket, "a copy"))
         std::memcpy(p, staged->data(), staged->size());
     };
   } else if (to == memory::device && from == memory::device) {
     wait = false;
-    work = [&g, d_addr, s_addr, count] {
-      std::byte* p = device_bytes(g, d_addr, count);
-      const std::byte* q = device_bytes(g, s_addr, count);
+    work = [&g, d_addr, s_addr, count, ticket] {
+      std::byte* p = device_bytes(g, d_addr, count, ticket, "a copy");
+      const std::byte* q = device_bytes(g, s_addr, count, ticket, "a copy");
       if (p != nullptr && q != nullptr) std::memmove(p, q, count);
     };
   } else if (to == memory::device) {
-    work = [&g, d_addr, src, count] {
-      if (std::byte* p = device_bytes(g, d_addr, count)) std::memcpy(p, src, count);
+    work = [&g, d_addr, src, count, ticket] {
+      std::byte* p = device_bytes(g, d_addr, count, ticket, "a copy");
+      if (p != nullptr && host_usable(g, src, count, ticket, "a copy")) std::memcpy(p, src, count);
     };
   } else if (from == memory::device) {
     wait = wait || to == memory::pageable;
-    work = [&g, dst, s_addr, count] {
-      if (const std::byte* q = device_bytes(g, s_addr, count)) std::memcpy(dst, q, count);
+    work = [&g, dst, s_addr, count, ticket] {
+      const std::byte* q = device_bytes(g, s_addr, count, ticket, "a copy");
+      if (q != nullptr && host_usable(g, dst, count, ticket, "a copy")) std::memcpy(dst, q, count);
     };
   } else {
     wait = true;
-    work = [dst, src, count] { std::memmove(dst, src, count); };
+    work = [&g, dst, src, count, ticket] {
+      if (host_usable(g, dst, count, ticket, "a copy") &&
+          host_usable(g, src, count, ticket, "a copy"))
+        std::memmove(dst, src, count);
+    };
   }
   const std::uint64_t seq = enqueue(g, *s, std::move(work));
   if (wait) drive_to(g, *s, seq);
@@ -252,15 +313,19 @@ cudaError_t fill(state& g, void* dst, int value, std::size_t count, cudaStream_t
   if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
   if (count == 0) return cudaSuccess;
   const memory to = classify(g, dst, count);
+  const std::uint64_t ticket = g.next_ticket;  // the memset's, given by enqueue below
   if (to == memory::device) {
     const auto address = reinterpret_cast<std::uintptr_t>(dst);
-    enqueue(g, *s, [&g, address, value, count] {
-      if (std::byte* p = device_bytes(g, address, count)) std::memset(p, value, count);
+    enqueue(g, *s, [&g, address, value, count, ticket] {
+      if (std::byte* p = device_bytes(g, address, count, ticket, "a memset"))
+        std::memset(p, value, count);
     });
     return cudaSuccess;
   }
   if (to != memory::pinned) return cudaErrorInvalidValue;
-  const std::uint64_t seq = enqueue(g, *s, [dst, value, count] { std::memset(dst, value, count); });
+  const std::uint64_t seq = enqueue(g, *s, [&g, dst, value, count, ticket] {
+    if (host_usable(g, dst, count, ticket, "a memset")) std::memset(dst, value, count);
+  });
   if (synchronous_call) drive_to(g, *s, seq);
   return cudaSuccess;
 }
@@ -332,8 +397,12 @@ cudaError_t CUDARTAPI cudaFree(void* ptr) {
     if (ptr == nullptr) return cudaSuccess;
     const auto it = g.device_allocs.find(reinterpret_cast<std::uintptr_t>(ptr));
     if (it == g.device_allocs.end()) return cudaErrorInvalidValue;
-    // cudaFree synchronizes with the device before it frees.
-    drive_device(g, it->second.device);
+    // CUDA promises no synchronization for stream-ordered memory and only allows it for the
+    // rest: by default the memory goes at once, and earlier work that still touches it faults.
+    if (g.config.free_synchronizes)
+      drive_device(g, it->second.device);
+    else
+      revoke(g, it->second.ptr, it->second.size, "cudaFree");
     if (it->second.kind == alloc_kind::stream_ordered) return pool_free(g, it, nullptr);
     release_malloc(g, it->second.ptr, it->second.footprint, it->second.device);
     g.device_allocs.erase(it);
@@ -356,8 +425,11 @@ cudaError_t CUDARTAPI cudaFreeHost(void* ptr) {
     if (ptr == nullptr) return cudaSuccess;
     const auto it = g.host_allocs.find(reinterpret_cast<std::uintptr_t>(ptr));
     if (it == g.host_allocs.end() || it->second.registered) return cudaErrorInvalidValue;
-    // Freeing page-locked memory synchronizes with the devices first.
-    drive_all(g);
+    // GPUs have been seen to synchronize here; CUDA does not say so.
+    if (g.config.free_host_synchronizes)
+      drive_all(g);
+    else
+      revoke(g, it->second.ptr, it->second.size, "cudaFreeHost");
     g.host_allocs.erase(it);
     std::free(ptr);
     return cudaSuccess;
@@ -395,6 +467,10 @@ cudaError_t CUDARTAPI cudaHostUnregister(void* ptr) {
     const auto it = g.host_allocs.find(reinterpret_cast<std::uintptr_t>(ptr));
     if (it == g.host_allocs.end() || !it->second.registered)
       return cudaErrorHostMemoryNotRegistered;
+    if (g.config.free_host_synchronizes)
+      drive_all(g);
+    else
+      revoke(g, it->second.ptr, it->second.size, "cudaHostUnregister");
     g.host_allocs.erase(it);
     return cudaSuccess;
   });

@@ -51,8 +51,14 @@ cudaError_t pool_allocate(state& g, CUmemPoolHandle_st& pool, std::size_t bytes,
   a.api = api;
   g.device_allocs.emplace(ptr, a);
   // Fresh memory holds garbage once the allocation runs in stream order.
+  const std::uint64_t ticket = g.next_ticket;
   enqueue(
-      g, s, [&g, ptr, bytes] { poison(translate(g, ptr, bytes), std::min(bytes, poison_limit)); },
+      g, s,
+      [&g, ptr, bytes, ticket] {
+        // Not after a cudaFree that did not wait for it: the memory may hold another allocation.
+        if (g.revoked.empty() || revoked_for(g, ptr, bytes, ticket) == nullptr)
+          poison(translate(g, ptr, bytes), std::min(bytes, poison_limit));
+      },
       std::move(deps));
   *out = reinterpret_cast<void*>(ptr);
   return cudaSuccess;

@@ -3,8 +3,11 @@
 // them, when work runs (deferred or eager), and the stream and event functions of the runtime.
 // docs/simulated-device.md, "Streams", "Events", "Host functions" and "Deferred and eager
 // execution".
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <unordered_map>
@@ -62,20 +65,140 @@ void merge(order_clock& into, const order_clock& from) {
   }
 }
 
+// The runtime's own thread, on which host functions run, as on a GPU's driver thread: never on
+// the thread that synchronizes, and without the simulation's lock.
+struct host_thread {
+  std::mutex mutex;
+  std::condition_variable changed;
+  cudaHostFn_t fn = nullptr;
+  void* data = nullptr;
+  bool job = false;        // handed over, not yet taken
+  bool done = false;       // the job has returned
+  bool abandoned = false;  // reset() stopped waiting: the thread ends when the job does
+  pid_t pid = 0;           // a forked child starts a thread of its own
+  std::thread thread;
+
+  void loop() {
+    in_host_function() = true;  // CUDA calls from here are refused
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      changed.wait(lock, [&] { return job; });
+      job = false;
+      const cudaHostFn_t f = fn;
+      void* const d = data;
+      lock.unlock();
+      try {
+        f(d);
+      } catch (...) {
+        const std::lock_guard<std::mutex> guard(mutex);
+        if (abandoned) return;  // it may have used a simulated process that is gone
+        std::fprintf(stderr,
+                     "cuscope::sim: a host function enqueued with cudaLaunchHostFunc "
+                     "threw an exception; CUDA host functions must not throw\n");
+        std::abort();
+      }
+      lock.lock();
+      if (abandoned) return;
+      done = true;
+      changed.notify_all();
+    }
+  }
+};
+
 namespace {
+
+host_thread& runtime_thread(state& g) {
+  if (g.host == nullptr || g.host->pid != getpid()) {
+    auto* h = new host_thread();  // never destroyed: it runs until the process ends
+    h->pid = getpid();
+    h->thread = std::thread([h] { h->loop(); });
+    g.host = h;
+  }
+  return *g.host;
+}
+
+// Runs fn(data) on the runtime's thread and waits for it with the simulation's lock released
+// (the caller holds it once, and holds the token, so no other thread runs work meanwhile).
+// reset() waits at most host_function_timeout, then abandons the function and its thread.
+void run_host_function(state& g, CUstream_st& s, cudaHostFn_t fn, void* data) {
+  host_thread& h = runtime_thread(g);
+  const bool bounded = g.resetting;
+  const auto timeout = g.config.host_function_timeout;
+  {
+    std::lock_guard<std::mutex> lock(h.mutex);
+    h.fn = fn;
+    h.data = data;
+    h.done = false;
+    h.job = true;
+  }
+  h.changed.notify_all();
+  bool returned = true;
+  g.mutex.unlock();
+  {
+    std::unique_lock<std::mutex> lock(h.mutex);
+    if (bounded)
+      returned = h.changed.wait_for(lock, timeout, [&] { return h.done; });
+    else
+      h.changed.wait(lock, [&] { return h.done; });
+  }
+  g.mutex.lock();
+  if (returned) return;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "host function %p (data %p) on stream id %" PRIu64
+                " did not return within %lld ms; abandoned on its thread\n",
+                reinterpret_cast<void*>(fn), data, s.id, static_cast<long long>(timeout.count()));
+  g.abandoned_report += line;
+  std::fputs("cuscope::sim::reset: ", stderr);
+  std::fputs(line, stderr);
+  {
+    const std::lock_guard<std::mutex> lock(h.mutex);
+    h.abandoned = true;
+  }
+  h.thread.detach();
+  g.abandoned.push_back(&h);
+  g.host = nullptr;
+}
+
+// Makes the calling thread the one that runs work, waiting while another one is in a host
+// function. Reentrant.
+class drive_token {
+ public:
+  explicit drive_token(state& g) : g_(g) {
+    const std::thread::id me = std::this_thread::get_id();
+    if (g.driver != me) {
+      std::unique_lock<std::recursive_mutex> lock(g.mutex, std::adopt_lock);
+      g.driver_free.wait(lock, [&] { return g.driver == std::thread::id(); });
+      lock.release();
+      g.driver = me;
+    }
+    ++g.driver_depth;
+  }
+  drive_token(const drive_token&) = delete;
+  drive_token& operator=(const drive_token&) = delete;
+  ~drive_token() {
+    if (--g_.driver_depth == 0) {
+      g_.driver = std::thread::id();
+      g_.driver_free.notify_all();
+    }
+  }
+
+ private:
+  state& g_;
+};
 
 void run_work(work_fn& work) {
   bool& inside = in_host_function();
   inside = true;
-  try {
-    work();
-  } catch (...) {
-    std::fprintf(stderr,
-                 "cuscope::sim: a host function enqueued with cudaLaunchHostFunc "
-                 "threw an exception; CUDA host functions must not throw\n");
-    std::abort();
-  }
+  work();
   inside = false;
+}
+
+void run_op(state& g, CUstream_st& s, operation& op) {
+  if (op.host_fn != nullptr)
+    run_host_function(g, s, op.host_fn, op.host_data);
+  else if (op.work)
+    run_work(op.work);
 }
 
 bool all_done(const std::vector<dependency>& deps) {
@@ -86,7 +209,8 @@ bool all_done(const std::vector<dependency>& deps) {
 
 }  // namespace
 
-std::uint64_t enqueue(state& g, CUstream_st& s, work_fn work, std::vector<dependency> deps) {
+std::uint64_t enqueue(state& g, CUstream_st& s, work_fn work, std::vector<dependency> deps,
+                      cudaHostFn_t host_fn, void* host_data) {
   device_state& d = g.devices[static_cast<std::size_t>(s.device)];
   const auto order_after = [&](CUstream_st& other) {
     if (other.enqueued > other.completed) deps.push_back({&other, other.enqueued});
@@ -104,7 +228,8 @@ std::uint64_t enqueue(state& g, CUstream_st& s, work_fn work, std::vector<depend
   const std::uint64_t seq = ++s.enqueued;
   const std::uint64_t ticket = g.next_ticket++;
   // Eager work with nothing before it runs at once, as queuing and driving it would run it.
-  if (g.config.mode == execution::eager && s.pending.empty() && all_done(deps)) {
+  if (g.config.mode == execution::eager && host_fn == nullptr && s.pending.empty() &&
+      s.completed + 1 == seq && g.driver == std::thread::id() && all_done(deps)) {
     if (work) run_work(work);
     s.completed = seq;
     return seq;
@@ -114,6 +239,8 @@ std::uint64_t enqueue(state& g, CUstream_st& s, work_fn work, std::vector<depend
   op.ticket = ticket;
   op.deps = std::move(deps);
   op.work = std::move(work);
+  op.host_fn = host_fn;
+  op.host_data = host_data;
   s.pending.push_back(std::move(op));
   if (g.config.mode == execution::eager) drive_to(g, s, seq);
   return seq;
@@ -121,6 +248,7 @@ std::uint64_t enqueue(state& g, CUstream_st& s, work_fn work, std::vector<depend
 
 void drive_to(state& g, CUstream_st& s, std::uint64_t seq) {
   if (seq <= s.completed) return;
+  const drive_token token(g);
   // Usually the work up to seq waits for nothing but its own stream: then it runs in stream
   // order, as drive would run it, without the search through other streams.
   for (const operation& op : s.pending) {
@@ -134,12 +262,13 @@ void drive_to(state& g, CUstream_st& s, std::uint64_t seq) {
   while (!s.pending.empty() && s.pending.front().seq <= seq) {
     operation op = std::move(s.pending.front());
     s.pending.pop_front();
-    if (op.work) run_work(op.work);
+    run_op(g, s, op);
     s.completed = op.seq;
   }
 }
 
-void drive(state&, std::vector<dependency> targets) {
+void drive(state& g, std::vector<dependency> targets) {
+  const drive_token token(g);
   // Everything the targets need, then run it in enqueue order: dependencies always point to
   // earlier operations, so enqueue order respects every stream and every dependency.
   std::unordered_map<CUstream_st*, std::uint64_t> need;
@@ -165,7 +294,7 @@ void drive(state&, std::vector<dependency> targets) {
     if (next == nullptr) break;
     operation op = std::move(next->pending.front());
     next->pending.pop_front();
-    if (op.work) run_work(op.work);
+    run_op(g, *next, op);
     next->completed = op.seq;
   }
 }
@@ -341,7 +470,7 @@ cudaError_t launch_host_func(cudaStream_t stream, cudaHostFn_t fn, void* data, b
     CUstream_st* s = nullptr;
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
     if (fn == nullptr) return cudaErrorInvalidValue;
-    enqueue(g, *s, [fn, data] { fn(data); });
+    enqueue(g, *s, {}, {}, fn, data);
     return cudaSuccess;
   });
 }

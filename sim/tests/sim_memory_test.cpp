@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "sim_test_support.hpp"
@@ -209,6 +210,88 @@ TEST_CASE("sim: device memory is not the host's and is poisoned when allocated a
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
   CHECK_THROWS_AS(cuscope::sim::host_view(reinterpret_cast<int*>(std::uintptr_t{16}), 1),
                   std::out_of_range);
+}
+
+TEST_CASE("sim: cudaFree of stream-ordered memory does not wait; earlier work faults", "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  void* p = nullptr;
+  REQUIRE(cudaMallocAsync(&p, 4096, s) == cudaSuccess);
+  REQUIRE(cudaMemsetAsync(p, 1, 4096, s) == cudaSuccess);
+  REQUIRE(cudaFree(p) == cudaSuccess);
+  CHECK(cuscope::sim::pending_operations() == 2);  // cudaFree ran nothing
+  CHECK(cuscope::sim::outstanding_allocations() == 0);
+  CHECK(cudaStreamSynchronize(s) == cudaErrorIllegalAddress);
+  const std::string report = cuscope::sim::fault_report();
+  CHECK(report.find("a memset of 4096 bytes") != std::string::npos);
+  CHECK(report.find("cudaFree does not wait for enqueued work") != std::string::npos);
+  CHECK_THROWS_AS(cuscope::sim::reset(), std::logic_error);  // the stream could not be destroyed
+  CHECK(cuscope::sim::fault_report().empty());
+  CHECK(cudaGetLastError() == cudaSuccess);
+}
+
+TEST_CASE("sim: cudaFree after a synchronization, or of memory no work touches, is clean",
+          "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  void* p = nullptr;
+  void* q = nullptr;
+  REQUIRE(cudaMallocAsync(&p, 4096, s) == cudaSuccess);
+  REQUIRE(cudaMallocAsync(&q, 4096, s) == cudaSuccess);
+  REQUIRE(cudaMemsetAsync(p, 1, 4096, s) == cudaSuccess);
+  REQUIRE(cudaFree(q) == cudaSuccess);  // its allocation has not run either: not an access
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaFree(p) == cudaSuccess);
+  CHECK(cuscope::sim::fault_report().empty());
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: free_synchronizes restores a cudaFree that runs the device's work first", "[sim]") {
+  device_guard device;
+  cuscope::sim::device_config c = cuscope::sim::config();
+  c.free_synchronizes = true;
+  cuscope::sim::reset(c);
+  cudaStream_t s = make_stream();
+  void* p = nullptr;
+  REQUIRE(cudaMallocAsync(&p, 4096, s) == cudaSuccess);
+  REQUIRE(cudaMemsetAsync(p, 1, 4096, s) == cudaSuccess);
+  REQUIRE(cudaFree(p) == cudaSuccess);
+  CHECK(cuscope::sim::pending_operations() == 0);
+  CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(cuscope::sim::fault_report().empty());
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: cudaFreeHost and cudaHostUnregister do not wait; earlier copies fault", "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  void* d = nullptr;
+  void* h = nullptr;
+  REQUIRE(cudaMalloc(&d, 256) == cudaSuccess);
+  REQUIRE(cudaMallocHost(&h, 256) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(d, h, 256, cudaMemcpyHostToDevice, s) == cudaSuccess);
+  REQUIRE(cudaFreeHost(h) == cudaSuccess);
+  CHECK(cuscope::sim::pending_operations() == 1);
+  CHECK(cudaStreamSynchronize(s) == cudaErrorIllegalAddress);
+  CHECK(cuscope::sim::fault_report().find("cudaFreeHost does not wait") != std::string::npos);
+  CHECK_THROWS_AS(cuscope::sim::reset(), std::logic_error);
+
+  cuscope::sim::device_config c = cuscope::sim::config();
+  c.free_host_synchronizes = true;
+  cuscope::sim::reset(c);
+  s = make_stream();
+  std::vector<unsigned char> registered(256, 7);
+  REQUIRE(cudaMalloc(&d, 256) == cudaSuccess);
+  REQUIRE(cudaHostRegister(registered.data(), 256, cudaHostRegisterDefault) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(d, registered.data(), 256, cudaMemcpyHostToDevice, s) == cudaSuccess);
+  REQUIRE(cudaHostUnregister(registered.data()) == cudaSuccess);  // ran the copy first
+  CHECK(cuscope::sim::pending_operations() == 0);
+  unsigned char back = 0;
+  REQUIRE(cudaMemcpy(&back, d, 1, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(back == 7);
+  CHECK(cuscope::sim::fault_report().empty());
+  REQUIRE(cudaFree(d) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
 }
 
 #endif

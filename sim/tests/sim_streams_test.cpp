@@ -6,6 +6,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "sim_test_support.hpp"
@@ -132,7 +139,7 @@ TEST_CASE("sim: a host function may not call the runtime", "[sim]") {
               &seen) == cudaSuccess);
   REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
   CHECK(seen == cudaErrorNotPermitted);
-  (void)cudaGetLastError();  // the host function ran here, on the synchronizing thread
+  CHECK(cudaGetLastError() == cudaSuccess);  // the error was the runtime thread's
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
 }
 
@@ -240,6 +247,109 @@ TEST_CASE("sim: in eager mode work is done when enqueued, so queries answer cuda
   REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
   CHECK(cudaStreamQuery(s) == cudaSuccess);
   CHECK(cudaGetLastError() == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+#endif
+
+namespace {
+
+thread_local int thread_mark = 0;
+
+struct host_function_view {
+  std::thread::id thread;
+  int mark = -1;
+  bool got_lock = true;
+  std::recursive_mutex* held = nullptr;
+};
+
+}  // namespace
+
+TEST_CASE("sim: a host function runs on a thread of the runtime's own, not the waiting one",
+          "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  host_function_view seen;
+  std::recursive_mutex held;
+  seen.held = &held;
+  thread_mark = 1;
+  REQUIRE(cudaLaunchHostFunc(
+              s,
+              [](void* p) {
+                auto* v = static_cast<host_function_view*>(p);
+                v->thread = std::this_thread::get_id();
+                v->mark = thread_mark;
+                // The waiting thread holds it: another thread cannot take it.
+                v->got_lock = v->held->try_lock();
+                if (v->got_lock) v->held->unlock();
+              },
+              &seen) == cudaSuccess);
+  {
+    const std::lock_guard<std::recursive_mutex> lock(held);
+    REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  }
+  CHECK(seen.thread != std::this_thread::get_id());
+  CHECK(seen.mark == 0);
+  CHECK_FALSE(seen.got_lock);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+#if CUSCOPE_TEST_SIMULATED
+
+TEST_CASE("sim: a host function may wait for a thread that calls the runtime meanwhile", "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  cudaStream_t other = make_stream();
+  std::promise<void> go;
+  std::shared_future<void> started = go.get_future().share();
+  REQUIRE(cudaLaunchHostFunc(
+              s, [](void* p) { static_cast<std::shared_future<void>*>(p)->wait(); }, &started) ==
+          cudaSuccess);
+  std::thread helper([&] {
+    // Runs while the host function waits for it: the simulation's lock is free.
+    void* p = nullptr;
+    CHECK(cudaMallocAsync(&p, 256, other) == cudaSuccess);
+    CHECK(cudaFreeAsync(p, other) == cudaSuccess);
+    go.set_value();
+  });
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  helper.join();
+  REQUIRE(cudaStreamSynchronize(other) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(other) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
+TEST_CASE("sim: reset abandons a host function that does not return, and says so", "[sim]") {
+  device_guard device;
+  cuscope::sim::device_config c = cuscope::sim::config();
+  c.host_function_timeout = std::chrono::milliseconds(50);
+  cuscope::sim::reset(c);
+  cudaStream_t s = make_stream();
+  auto release = std::make_shared<std::promise<void>>();
+  auto* blocked = new std::shared_future<void>(release->get_future().share());
+  REQUIRE(cudaLaunchHostFunc(
+              s,
+              [](void* p) {
+                auto* f = static_cast<std::shared_future<void>*>(p);
+                f->wait();
+                delete f;
+              },
+              blocked) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  try {
+    cuscope::sim::reset();
+    FAIL("reset did not report the host function");
+  } catch (const std::logic_error& e) {
+    CHECK(std::string(e.what()).find("did not return within 50 ms") != std::string::npos);
+  }
+  release->set_value();  // its thread ends when it returns
+  // The fresh process runs host functions on a new thread.
+  s = make_stream();
+  int ran = 0;
+  REQUIRE(cudaLaunchHostFunc(
+              s, [](void* p) { *static_cast<int*>(p) = 1; }, &ran) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(ran == 1);
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
 }
 

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -32,6 +33,14 @@ struct device_config {
   /// @brief Whether the devices answer NVML queries (what nvidia-smi shows); without it, cuscope
   /// reports NVML as unavailable.
   bool nvml = true;
+  /// cudaFree first runs the device's enqueued work, as CUDA drivers long did without promising
+  /// it. Off: cudaFree frees at once, and work enqueued before it that touches the memory faults.
+  bool free_synchronizes = false;
+  /// cudaFreeHost and cudaHostUnregister first run the work of every device (observed on GPUs,
+  /// not documented). Off: they free at once, and earlier work that touches the memory faults.
+  bool free_host_synchronizes = false;
+  /// How long reset() waits for a host function that has not returned before it abandons it.
+  std::chrono::milliseconds host_function_timeout{10000};
 };
 
 /// @brief Starts a fresh simulated process: runs all pending work, then forgets every device,
@@ -86,6 +95,11 @@ template <class T>
 [[nodiscard]] T* host_view(T* device_ptr, std::size_t count) {
   return static_cast<T*>(host_view(static_cast<const void*>(device_ptr), count * sizeof(T)));
 }
+
+/// @brief One line per fault the simulation caught since the last reset: enqueued work that ran
+/// after cudaFree, cudaFreeHost or cudaHostUnregister had taken its memory away, or that touched
+/// device memory no longer reserved. Each also set the sticky cudaErrorIllegalAddress.
+[[nodiscard]] std::string fault_report();
 
 /// @brief Operations enqueued on streams of any device and not yet run (always 0 in eager mode).
 [[nodiscard]] std::size_t pending_operations();
