@@ -28,5 +28,20 @@ cudaError_t malloc_async(void** ptr, std::size_t bytes, cudaStream_t stream, boo
 cudaError_t malloc_from_pool_async(void** ptr, std::size_t bytes, cudaMemPool_t pool,
                                    cudaStream_t stream, bool ptds);
 cudaError_t free_async(void* ptr, cudaStream_t stream, bool ptds);
+cudaError_t memcpy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t spitch,
+                      std::size_t width, std::size_t height, cudaMemcpyKind kind,
+                      cudaStream_t stream, bool ptds, bool synchronous_call);
+cudaError_t stream_get_id(cudaStream_t stream, unsigned long long* id, bool ptds);
+cudaError_t memcpy_peer(void* dst, int dst_device, const void* src, int src_device,
+                        std::size_t count, cudaStream_t stream, const char* api);
+#if CUDART_VERSION >= 13000
+// The device a prefetch or advice location names: an ordinal, cudaCpuDeviceId for the host, or
+// cudaInvalidDeviceId.
+int location_target(const cudaMemLocation& location);
+#endif
+// A prefetch of managed memory to a device (>= 0) or the host (cudaCpuDeviceId); device is
+// cudaInvalidDeviceId for a location or flags that are not valid.
+cudaError_t mem_prefetch(const void* ptr, std::size_t count, int device, cudaStream_t stream,
+                         bool ptds, const char* api);
 
 }  // namespace cuscope::sim::detail::api

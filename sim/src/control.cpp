@@ -33,6 +33,8 @@ const char* const simulated_apis[] = {
     "cudaRuntimeGetVersion",
     "cudaDeviceGetStreamPriorityRange",
     "cudaDeviceCanAccessPeer",
+    "cudaDeviceEnablePeerAccess",
+    "cudaDeviceDisablePeerAccess",
     "cudaMalloc",
     "cudaFree",
     "cudaMallocHost",
@@ -49,6 +51,18 @@ const char* const simulated_apis[] = {
     "cudaMallocAsync",
     "cudaMallocFromPoolAsync",
     "cudaFreeAsync",
+    "cudaMallocManaged",
+    "cudaMemPrefetchAsync",
+    "cudaMemAdvise",
+    "cudaMallocPitch",
+    "cudaMemcpy2D",
+    "cudaMemcpy2DAsync",
+    "cudaMemcpyPeer",
+    "cudaMemcpyPeerAsync",
+    "cudaMemGetDefaultMemPool",
+    "cudaMemGetMemPool",
+    "cudaMemSetMemPool",
+    "cudaStreamGetId",
     "cudaMemPoolCreate",
     "cudaMemPoolDestroy",
     "cudaMemPoolSetAttribute",
@@ -135,6 +149,10 @@ void validate(const device_config& c) {
   if (c.total_bytes <= c.context_bytes || c.total_bytes < g)
     throw std::invalid_argument(
         "cuscope::sim::reset: total_bytes must exceed context_bytes and the pool granularity");
+  const std::size_t pitch = c.pitch_alignment_bytes;
+  if (pitch == 0 || (pitch & (pitch - 1)) != 0 || pitch > (std::size_t{1} << 20))
+    throw std::invalid_argument(
+        "cuscope::sim::reset: pitch_alignment_bytes must be a power of two up to 1 MiB");
   if (c.total_bytes > (std::size_t{1} << 44))
     throw std::invalid_argument("cuscope::sim::reset: total_bytes is limited to 16 TiB");
 }
@@ -212,7 +230,9 @@ std::string report(const state& g) {
   }
   for (const auto& [ptr, h] : g.host_allocs) {
     std::snprintf(line, sizeof line, "%s %p: %zu bytes, call #%" PRIu64 " (%s)\n",
-                  h.registered ? "registered host memory" : "pinned host allocation",
+                  h.registered ? "registered host memory"
+                  : h.managed  ? "managed allocation"
+                               : "pinned host allocation",
                   reinterpret_cast<void*>(ptr), h.size, h.call, h.api);
     out += line;
   }

@@ -556,6 +556,74 @@ cudaError_t CUDARTAPI cudaDeviceGetStreamPriorityRange(int* least, int* greatest
   });
 }
 
+cudaError_t CUDARTAPI cudaDeviceEnablePeerAccess(int peer, unsigned int flags) {
+  return call("cudaDeviceEnablePeerAccess", [&](state& g) -> cudaError_t {
+    if (flags != 0) return cudaErrorInvalidValue;
+    device_state* d = current_device(g);
+    if (d == nullptr) return cudaErrorNoDevice;
+    if (find_device(g, peer) == nullptr || peer == d->index) return cudaErrorInvalidDevice;
+    if (!d->peers.insert(peer).second) return cudaErrorPeerAccessAlreadyEnabled;
+    return cudaSuccess;
+  });
+}
+
+cudaError_t CUDARTAPI cudaDeviceDisablePeerAccess(int peer) {
+  return call("cudaDeviceDisablePeerAccess", [&](state& g) -> cudaError_t {
+    device_state* d = current_device(g);
+    if (d == nullptr) return cudaErrorNoDevice;
+    if (find_device(g, peer) == nullptr) return cudaErrorInvalidDevice;
+    if (d->peers.erase(peer) == 0) return cudaErrorPeerAccessNotEnabled;
+    return cudaSuccess;
+  });
+}
+
+#if CUDART_VERSION >= 13000
+namespace {
+// The device whose pool of pinned device memory location names, or nullptr.
+cudaError_t pool_location(state& g, const cudaMemLocation* location, cudaMemAllocationType type,
+                          device_state*& out) {
+  if (location == nullptr) return cudaErrorInvalidValue;
+  if (type != cudaMemAllocationTypePinned || location->type != cudaMemLocationTypeDevice)
+    return cudaErrorNotSupported;  // host and managed pools are not simulated
+  out = find_device(g, location->id);
+  return out != nullptr ? cudaSuccess : cudaErrorInvalidDevice;
+}
+}  // namespace
+
+cudaError_t CUDARTAPI cudaMemGetDefaultMemPool(cudaMemPool_t* pool, cudaMemLocation* location,
+                                               cudaMemAllocationType type) {
+  return call("cudaMemGetDefaultMemPool", [&](state& g) -> cudaError_t {
+    if (pool == nullptr) return cudaErrorInvalidValue;
+    device_state* d = nullptr;
+    if (const cudaError_t e = pool_location(g, location, type, d); e != cudaSuccess) return e;
+    *pool = d->default_pool;
+    return cudaSuccess;
+  });
+}
+
+cudaError_t CUDARTAPI cudaMemGetMemPool(cudaMemPool_t* pool, cudaMemLocation* location,
+                                        cudaMemAllocationType type) {
+  return call("cudaMemGetMemPool", [&](state& g) -> cudaError_t {
+    if (pool == nullptr) return cudaErrorInvalidValue;
+    device_state* d = nullptr;
+    if (const cudaError_t e = pool_location(g, location, type, d); e != cudaSuccess) return e;
+    *pool = d->current_pool;
+    return cudaSuccess;
+  });
+}
+
+cudaError_t CUDARTAPI cudaMemSetMemPool(cudaMemLocation* location, cudaMemAllocationType type,
+                                        cudaMemPool_t pool) {
+  return call("cudaMemSetMemPool", [&](state& g) -> cudaError_t {
+    device_state* d = nullptr;
+    if (const cudaError_t e = pool_location(g, location, type, d); e != cudaSuccess) return e;
+    if (!valid_pool(g, pool) || pool->device != d->index) return cudaErrorInvalidValue;
+    d->current_pool = pool;
+    return cudaSuccess;
+  });
+}
+#endif
+
 cudaError_t CUDARTAPI cudaDeviceCanAccessPeer(int* can, int device, int peer) {
   return call("cudaDeviceCanAccessPeer", [&](state& g) -> cudaError_t {
     if (can == nullptr) return cudaErrorInvalidValue;

@@ -210,6 +210,7 @@ struct host_allocation {
   std::size_t size = 0;
   unsigned flags = 0;
   bool registered = false;  // cudaHostRegister rather than cudaMallocHost/cudaHostAlloc
+  bool managed = false;     // cudaMallocManaged
   int device = 0;           // current when it was allocated or registered
   std::uint64_t call = 0;
   const char* api = "";
@@ -226,6 +227,7 @@ struct device_state {
   CUmemPoolHandle_st* current_pool = nullptr;
   CUstream_st* legacy = nullptr;
   std::vector<CUstream_st*> streams;  // every stream of the device, legacy included
+  std::set<int> peers;                // cudaDeviceEnablePeerAccess from this device
 };
 
 // Memory that cudaFree, cudaFreeHost or cudaHostUnregister took away while work enqueued before

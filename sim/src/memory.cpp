@@ -164,7 +164,7 @@ void release_malloc(state& g, std::uintptr_t ptr, std::size_t footprint, int dev
 
 namespace {
 
-enum class memory { device, pinned, pageable, invalid };
+enum class memory { device, pinned, managed, pageable, invalid };
 
 memory classify(const state& g, const void* p, std::size_t bytes) {
   if (p == nullptr) return memory::invalid;
@@ -174,11 +174,18 @@ memory classify(const state& g, const void* p, std::size_t bytes) {
       return find_allocation_containing(g, address, bytes) != nullptr ? memory::device
                                                                       : memory::invalid;
   }
-  return find_host_containing(g, address, bytes) != nullptr ? memory::pinned : memory::pageable;
+  if (const host_allocation* h = find_host_containing(g, address, bytes))
+    return h->managed ? memory::managed : memory::pinned;
+  return memory::pageable;
 }
 
+// Managed memory is both: the host and the devices reach it at the same address.
 bool is_host(memory m) {
-  return m == memory::pinned || m == memory::pageable;
+  return m == memory::pinned || m == memory::pageable || m == memory::managed;
+}
+
+bool on_device(memory m) {
+  return m == memory::device || m == memory::managed;
 }
 
 // Device memory for an operation at run time: the allocation may be gone by then (a misordered
@@ -241,27 +248,30 @@ cudaError_t copy(state& g, void* dst, const void* src, std::size_t count, cudaMe
   CUstream_st* s = nullptr;
   if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
   if (count == 0) return cudaSuccess;
-  const memory to = classify(g, dst, count);
-  const memory from = classify(g, src, count);
+  memory to = classify(g, dst, count);
+  memory from = classify(g, src, count);
   if (to == memory::invalid || from == memory::invalid) return cudaErrorInvalidValue;
   switch (kind) {
     case cudaMemcpyHostToHost:
       if (!is_host(to) || !is_host(from)) return cudaErrorInvalidValue;
       break;
     case cudaMemcpyHostToDevice:
-      if (to != memory::device || !is_host(from)) return cudaErrorInvalidValue;
+      if (!on_device(to) || !is_host(from)) return cudaErrorInvalidValue;
       break;
     case cudaMemcpyDeviceToHost:
-      if (!is_host(to) || from != memory::device) return cudaErrorInvalidValue;
+      if (!is_host(to) || !on_device(from)) return cudaErrorInvalidValue;
       break;
     case cudaMemcpyDeviceToDevice:
-      if (to != memory::device || from != memory::device) return cudaErrorInvalidValue;
+      if (!on_device(to) || !on_device(from)) return cudaErrorInvalidValue;
       break;
     case cudaMemcpyDefault:
       break;
     default:
       return cudaErrorInvalidMemcpyDirection;
   }
+  // Managed memory has a host address: it is copied like pinned memory, in stream order.
+  if (to == memory::managed) to = memory::pinned;
+  if (from == memory::managed) from = memory::pinned;
   const auto d_addr = reinterpret_cast<std::uintptr_t>(dst);
   const auto s_addr = reinterpret_cast<std::uintptr_t>(src);
   const std::uint64_t ticket = g.next_ticket;  // the copy's, given by enqueue below
@@ -322,15 +332,72 @@ cudaError_t fill(state& g, void* dst, int value, std::size_t count, cudaStream_t
     });
     return cudaSuccess;
   }
-  if (to != memory::pinned) return cudaErrorInvalidValue;
+  if (to != memory::pinned && to != memory::managed) return cudaErrorInvalidValue;
   const std::uint64_t seq = enqueue(g, *s, [&g, dst, value, count, ticket] {
     if (host_usable(g, dst, count, ticket, "a memset")) std::memset(dst, value, count);
   });
-  if (synchronous_call) drive_to(g, *s, seq);
+  if (synchronous_call && to == memory::pinned) drive_to(g, *s, seq);
   return cudaSuccess;
 }
 
 }  // namespace
+
+// Row by row: each row is a copy of its own, in stream order.
+cudaError_t memcpy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t spitch,
+                      std::size_t width, std::size_t height, cudaMemcpyKind kind,
+                      cudaStream_t stream, bool ptds, bool synchronous_call) {
+  return call(synchronous_call ? "cudaMemcpy2D" : "cudaMemcpy2DAsync", [&](state& g) {
+    if (width > dpitch || width > spitch) return cudaErrorInvalidPitchValue;
+    if (width == 0 || height == 0) return cudaSuccess;
+    if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+    if (height > 1 && (dpitch > SIZE_MAX / (height - 1) || spitch > SIZE_MAX / (height - 1)))
+      return cudaErrorInvalidValue;
+    const std::size_t d_span = dpitch * (height - 1) + width;
+    const std::size_t s_span = spitch * (height - 1) + width;
+    // The whole of both areas first, so that a bad one enqueues nothing.
+    if (classify(g, dst, d_span) == memory::invalid || classify(g, src, s_span) == memory::invalid)
+      return cudaErrorInvalidValue;
+    for (std::size_t row = 0; row < height; ++row) {
+      const cudaError_t e = copy(g, static_cast<std::byte*>(dst) + row * dpitch,
+                                 static_cast<const std::byte*>(src) + row * spitch, width, kind,
+                                 synchronous_call ? nullptr : stream, ptds, synchronous_call);
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  });
+}
+
+// On the stream (legacy for cudaMemcpyPeer), from device memory of one device to another's.
+cudaError_t memcpy_peer(void* dst, int dst_device, const void* src, int src_device,
+                        std::size_t count, cudaStream_t stream, const char* api_name) {
+  return call(api_name, [&](state& g) -> cudaError_t {
+    if (find_device(g, dst_device) == nullptr || find_device(g, src_device) == nullptr)
+      return cudaErrorInvalidDevice;
+    if (count == 0) return cudaSuccess;
+    const device_allocation* to =
+        find_allocation_containing(g, reinterpret_cast<std::uintptr_t>(dst), count);
+    const device_allocation* from =
+        find_allocation_containing(g, reinterpret_cast<std::uintptr_t>(src), count);
+    if (to == nullptr || from == nullptr || to->device != dst_device || from->device != src_device)
+      return cudaErrorInvalidValue;
+    return copy(g, dst, src, count, cudaMemcpyDeviceToDevice, stream, false, false);
+  });
+}
+
+cudaError_t mem_prefetch(const void* ptr, std::size_t count, int device, cudaStream_t stream,
+                         bool ptds, const char* api_name) {
+  return call(api_name, [&](state& g) -> cudaError_t {
+    CUstream_st* s = nullptr;
+    if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
+    if (device == cudaInvalidDeviceId) return cudaErrorInvalidValue;  // bad location or flags
+    if (device != cudaCpuDeviceId && find_device(g, device) == nullptr)
+      return cudaErrorInvalidDevice;
+    if (count == 0) return cudaErrorInvalidValue;
+    if (classify(g, ptr, count) != memory::managed) return cudaErrorInvalidValue;
+    enqueue(g, *s, {});  // nothing moves: the simulation keeps managed memory in one place
+    return cudaSuccess;
+  });
+}
 
 cudaError_t memcpy(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind, bool ptds) {
   return call("cudaMemcpy",
@@ -358,12 +425,27 @@ cudaError_t memset_async(void* dst, int value, std::size_t count, cudaStream_t s
 
 using namespace cuscope::sim::detail;
 
-extern "C" {
+#if CUDART_VERSION >= 13000
+namespace cuscope::sim::detail::api {
+int location_target(const cudaMemLocation& location) {
+  switch (location.type) {
+    case cudaMemLocationTypeDevice:
+      return location.id;
+    case cudaMemLocationTypeHost:
+    case cudaMemLocationTypeHostNuma:
+    case cudaMemLocationTypeHostNumaCurrent:
+      return cudaCpuDeviceId;
+    default:
+      return cudaInvalidDeviceId;
+  }
+}
+}  // namespace cuscope::sim::detail::api
+#endif
 
-// Memory -----------------------------------------------------------------------------------------
+namespace {
 
-cudaError_t CUDARTAPI cudaMalloc(void** ptr, size_t bytes) {
-  return call("cudaMalloc", [&](state& g) -> cudaError_t {
+cudaError_t allocate_device(state& g, void** ptr, std::size_t bytes, const char* api_name) {
+  {
     if (ptr == nullptr) return cudaErrorInvalidValue;
     device_state* d = current_device(g);
     if (d == nullptr) return cudaErrorNoDevice;
@@ -385,9 +467,63 @@ cudaError_t CUDARTAPI cudaMalloc(void** ptr, size_t bytes) {
     a.device = d->index;
     a.kind = alloc_kind::malloc;
     a.call = g.calls;
-    a.api = "cudaMalloc";
+    a.api = api_name;
     g.device_allocs.emplace(a.ptr, a);
     *ptr = reinterpret_cast<void*>(r.va);
+    return cudaSuccess;
+  }
+}
+
+cudaError_t free_managed(state& g, std::map<std::uintptr_t, host_allocation>::iterator it) {
+  if (g.config.free_synchronizes)
+    drive_all(g);
+  else
+    revoke(g, it->second.ptr, it->second.size, "cudaFree");
+  void* p = reinterpret_cast<void*>(it->second.ptr);
+  g.host_allocs.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Memory -----------------------------------------------------------------------------------------
+
+cudaError_t CUDARTAPI cudaMalloc(void** ptr, size_t bytes) {
+  return call("cudaMalloc", [&](state& g) { return allocate_device(g, ptr, bytes, "cudaMalloc"); });
+}
+
+cudaError_t CUDARTAPI cudaMallocPitch(void** ptr, size_t* pitch, size_t width, size_t height) {
+  return call("cudaMallocPitch", [&](state& g) -> cudaError_t {
+    if (ptr == nullptr || pitch == nullptr) return cudaErrorInvalidValue;
+    const std::size_t row = round_up(width, g.config.pitch_alignment_bytes);
+    if (row < width || (height != 0 && row > SIZE_MAX / height)) return cudaErrorMemoryAllocation;
+    const cudaError_t e = allocate_device(g, ptr, row * height, "cudaMallocPitch");
+    if (e == cudaSuccess) *pitch = row;
+    return e;
+  });
+}
+
+cudaError_t CUDARTAPI cudaMallocManaged(void** ptr, size_t bytes, unsigned int flags) {
+  return call("cudaMallocManaged", [&](state& g) -> cudaError_t {
+    if (ptr == nullptr || bytes == 0) return cudaErrorInvalidValue;
+    if (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost) return cudaErrorInvalidValue;
+    if (current_device(g) == nullptr) return cudaErrorNoDevice;
+    void* p = nullptr;
+    if (posix_memalign(&p, page_bytes, bytes) != 0) return cudaErrorMemoryAllocation;
+    poison(static_cast<std::byte*>(p), std::min(bytes, poison_limit));
+    host_allocation h;
+    h.ptr = reinterpret_cast<std::uintptr_t>(p);
+    h.size = bytes;
+    h.flags = flags;
+    h.managed = true;
+    h.call = g.calls;
+    h.device = this_thread().device;
+    h.api = "cudaMallocManaged";
+    g.host_allocs.emplace(h.ptr, h);
+    *ptr = p;
     return cudaSuccess;
   });
 }
@@ -396,7 +532,12 @@ cudaError_t CUDARTAPI cudaFree(void* ptr) {
   return call("cudaFree", [&](state& g) -> cudaError_t {
     if (ptr == nullptr) return cudaSuccess;
     const auto it = g.device_allocs.find(reinterpret_cast<std::uintptr_t>(ptr));
-    if (it == g.device_allocs.end()) return cudaErrorInvalidValue;
+    if (it == g.device_allocs.end()) {
+      const auto managed = g.host_allocs.find(reinterpret_cast<std::uintptr_t>(ptr));
+      if (managed != g.host_allocs.end() && managed->second.managed)
+        return free_managed(g, managed);
+      return cudaErrorInvalidValue;
+    }
     // CUDA promises no synchronization for stream-ordered memory and only allows it for the
     // rest: by default the memory goes at once, and earlier work that still touches it faults.
     if (g.config.free_synchronizes)
@@ -424,7 +565,8 @@ cudaError_t CUDARTAPI cudaFreeHost(void* ptr) {
   return call("cudaFreeHost", [&](state& g) -> cudaError_t {
     if (ptr == nullptr) return cudaSuccess;
     const auto it = g.host_allocs.find(reinterpret_cast<std::uintptr_t>(ptr));
-    if (it == g.host_allocs.end() || it->second.registered) return cudaErrorInvalidValue;
+    if (it == g.host_allocs.end() || it->second.registered || it->second.managed)
+      return cudaErrorInvalidValue;
     // GPUs have been seen to synchronize here; CUDA does not say so.
     if (g.config.free_host_synchronizes)
       drive_all(g);
@@ -501,7 +643,7 @@ cudaError_t CUDARTAPI cudaPointerGetAttributes(cudaPointerAttributes* attributes
       return cudaSuccess;
     }
     if (const host_allocation* h = find_host_containing(g, p, 1)) {
-      attributes->type = cudaMemoryTypeHost;
+      attributes->type = h->managed ? cudaMemoryTypeManaged : cudaMemoryTypeHost;
       attributes->device = h->device;
       attributes->devicePointer = const_cast<void*>(ptr);
       attributes->hostPointer = const_cast<void*>(ptr);
@@ -521,6 +663,67 @@ cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t count, 
                                       cudaStream_t stream) {
   return api::memcpy_async(dst, src, count, kind, stream, false);
 }
+
+cudaError_t CUDARTAPI cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch,
+                                   size_t width, size_t height, cudaMemcpyKind kind) {
+  return api::memcpy_2d(dst, dpitch, src, spitch, width, height, kind, nullptr, false, true);
+}
+
+cudaError_t CUDARTAPI cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
+                                        size_t width, size_t height, cudaMemcpyKind kind,
+                                        cudaStream_t stream) {
+  return api::memcpy_2d(dst, dpitch, src, spitch, width, height, kind, stream, false, false);
+}
+
+cudaError_t CUDARTAPI cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src,
+                                          int src_device, size_t count, cudaStream_t stream) {
+  return api::memcpy_peer(dst, dst_device, src, src_device, count, stream, "cudaMemcpyPeerAsync");
+}
+
+cudaError_t CUDARTAPI cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_device,
+                                     size_t count) {
+  return api::memcpy_peer(dst, dst_device, src, src_device, count, nullptr, "cudaMemcpyPeer");
+}
+
+#if CUDART_VERSION >= 13000
+
+cudaError_t CUDARTAPI cudaMemPrefetchAsync(const void* ptr, size_t count, cudaMemLocation location,
+                                           unsigned int flags, cudaStream_t stream) {
+  const int target = flags == 0 ? api::location_target(location) : cudaInvalidDeviceId;
+  return api::mem_prefetch(ptr, count, target, stream, false, "cudaMemPrefetchAsync");
+}
+
+cudaError_t CUDARTAPI cudaMemAdvise(const void* ptr, size_t count, cudaMemoryAdvise advice,
+                                    cudaMemLocation location) {
+  return call("cudaMemAdvise", [&](state& g) -> cudaError_t {
+    if (advice < cudaMemAdviseSetReadMostly || advice > cudaMemAdviseUnsetAccessedBy)
+      return cudaErrorInvalidValue;
+    const int target = api::location_target(location);
+    if (target == cudaInvalidDeviceId) return cudaErrorInvalidValue;
+    if (target != cudaCpuDeviceId && find_device(g, target) == nullptr)
+      return cudaErrorInvalidDevice;
+    if (count == 0 || classify(g, ptr, count) != memory::managed) return cudaErrorInvalidValue;
+    return cudaSuccess;  // advice changes where pages live, which the simulation does not model
+  });
+}
+#else
+cudaError_t CUDARTAPI cudaMemPrefetchAsync(const void* ptr, size_t count, int device,
+                                           cudaStream_t stream) {
+  return api::mem_prefetch(ptr, count, device, stream, false, "cudaMemPrefetchAsync");
+}
+
+cudaError_t CUDARTAPI cudaMemAdvise(const void* ptr, size_t count, cudaMemoryAdvise advice,
+                                    int device) {
+  return call("cudaMemAdvise", [&](state& g) -> cudaError_t {
+    if (advice < cudaMemAdviseSetReadMostly || advice > cudaMemAdviseUnsetAccessedBy)
+      return cudaErrorInvalidValue;
+    if (device != cudaCpuDeviceId && find_device(g, device) == nullptr)
+      return cudaErrorInvalidDevice;
+    if (count == 0 || classify(g, ptr, count) != memory::managed) return cudaErrorInvalidValue;
+    return cudaSuccess;  // advice changes where pages live, which the simulation does not model
+  });
+}
+#endif
 
 cudaError_t CUDARTAPI cudaMemset(void* dst, int value, size_t count) {
   return api::memset(dst, value, count, false);

@@ -28,6 +28,34 @@ cudaError_t CUDARTAPI cudaMemsetAsync(void* dst, int value, size_t count, cudaSt
   return api::memset_async(dst, value, count, stream, true);
 }
 
+cudaError_t CUDARTAPI cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch,
+                                   size_t width, size_t height, cudaMemcpyKind kind) {
+  return api::memcpy_2d(dst, dpitch, src, spitch, width, height, kind, nullptr, true, true);
+}
+
+cudaError_t CUDARTAPI cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
+                                        size_t width, size_t height, cudaMemcpyKind kind,
+                                        cudaStream_t stream) {
+  return api::memcpy_2d(dst, dpitch, src, spitch, width, height, kind, stream, true, false);
+}
+
+cudaError_t CUDARTAPI cudaStreamGetId(cudaStream_t stream, unsigned long long* id) {
+  return api::stream_get_id(stream, id, true);
+}
+
+#if CUDART_VERSION >= 13000
+cudaError_t CUDARTAPI cudaMemPrefetchAsync(const void* ptr, size_t count, cudaMemLocation location,
+                                           unsigned int flags, cudaStream_t stream) {
+  const int target = flags == 0 ? api::location_target(location) : cudaInvalidDeviceId;
+  return api::mem_prefetch(ptr, count, target, stream, true, "cudaMemPrefetchAsync");
+}
+#else
+cudaError_t CUDARTAPI cudaMemPrefetchAsync(const void* ptr, size_t count, int device,
+                                           cudaStream_t stream) {
+  return api::mem_prefetch(ptr, count, device, stream, true, "cudaMemPrefetchAsync");
+}
+#endif
+
 cudaError_t CUDARTAPI cudaStreamQuery(cudaStream_t stream) {
   return api::stream_query(stream, true);
 }

@@ -425,6 +425,16 @@ cudaError_t stream_get_device(cudaStream_t stream, int* device, bool ptds) {
   });
 }
 
+cudaError_t stream_get_id(cudaStream_t stream, unsigned long long* id, bool ptds) {
+  return call("cudaStreamGetId", [&](state& g) -> cudaError_t {
+    if (id == nullptr) return cudaErrorInvalidValue;
+    CUstream_st* s = nullptr;
+    if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
+    *id = s->id;
+    return cudaSuccess;
+  });
+}
+
 cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned flags, bool ptds) {
   return call("cudaStreamWaitEvent", [&](state& g) -> cudaError_t {
     CUstream_st* s = nullptr;
@@ -551,6 +561,10 @@ cudaError_t CUDARTAPI cudaStreamGetDevice(cudaStream_t stream, int* device) {
   return api::stream_get_device(stream, device, false);
 }
 #endif
+
+cudaError_t CUDARTAPI cudaStreamGetId(cudaStream_t stream, unsigned long long* id) {
+  return api::stream_get_id(stream, id, false);
+}
 
 cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* data) {
   return api::launch_host_func(stream, fn, data, false);

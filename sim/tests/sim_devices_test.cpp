@@ -192,3 +192,49 @@ TEST_CASE("sim: an access to memory that is no longer reserved raises a sticky i
 }
 
 #endif
+
+TEST_CASE("sim: peer access is enabled once per pair and disabled only when enabled", "[sim]") {
+  device_guard device({2});
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
+  int can = 0;
+  REQUIRE(cudaDeviceCanAccessPeer(&can, 0, 1) == cudaSuccess);
+  REQUIRE(can == 1);
+  CHECK(cudaDeviceEnablePeerAccess(0, 0) == cudaErrorInvalidDevice);  // itself
+  CHECK(cudaDeviceEnablePeerAccess(1, 1) == cudaErrorInvalidValue);   // flags must be 0
+  CHECK(cudaDeviceDisablePeerAccess(1) == cudaErrorPeerAccessNotEnabled);
+  (void)cudaGetLastError();
+  REQUIRE(cudaDeviceEnablePeerAccess(1, 0) == cudaSuccess);
+  CHECK(cudaDeviceEnablePeerAccess(1, 0) == cudaErrorPeerAccessAlreadyEnabled);
+  (void)cudaGetLastError();
+  REQUIRE(cudaDeviceDisablePeerAccess(1) == cudaSuccess);
+}
+
+#if CUSCOPE_TEST_SIMULATED && CUDART_VERSION >= 13000
+
+TEST_CASE("sim: cudaMemGetDefaultMemPool and cudaMemSetMemPool name a device's pools", "[sim]") {
+  device_guard device;
+  cudaMemLocation gpu{};
+  gpu.type = cudaMemLocationTypeDevice;
+  gpu.id = 0;
+  cudaMemPool_t by_location = nullptr;
+  cudaMemPool_t by_device = nullptr;
+  REQUIRE(cudaMemGetDefaultMemPool(&by_location, &gpu, cudaMemAllocationTypePinned) == cudaSuccess);
+  REQUIRE(cudaDeviceGetDefaultMemPool(&by_device, 0) == cudaSuccess);
+  CHECK(by_location == by_device);
+  cudaMemPool_t pool = make_pool();
+  REQUIRE(cudaMemSetMemPool(&gpu, cudaMemAllocationTypePinned, pool) == cudaSuccess);
+  cudaMemPool_t current = nullptr;
+  REQUIRE(cudaMemGetMemPool(&current, &gpu, cudaMemAllocationTypePinned) == cudaSuccess);
+  CHECK(current == pool);
+  cudaMemLocation host{};
+  host.type = cudaMemLocationTypeHost;
+  CHECK(cudaMemGetDefaultMemPool(&current, &host, cudaMemAllocationTypePinned) ==
+        cudaErrorNotSupported);
+  gpu.id = 5;
+  CHECK(cudaMemGetMemPool(&current, &gpu, cudaMemAllocationTypePinned) == cudaErrorInvalidDevice);
+  (void)cudaGetLastError();
+  REQUIRE(cudaDeviceSetMemPool(0, by_device) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+#endif

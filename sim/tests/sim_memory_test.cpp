@@ -294,4 +294,115 @@ TEST_CASE("sim: cudaFreeHost and cudaHostUnregister do not wait; earlier copies 
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
 }
 
+TEST_CASE("sim: managed memory is reachable from the host and in copies, and cudaFree frees it",
+          "[sim]") {
+  device_guard device;
+  int* m = nullptr;
+  CHECK(cudaMallocManaged(reinterpret_cast<void**>(&m), 0) == cudaErrorInvalidValue);
+  CHECK(cudaMallocManaged(reinterpret_cast<void**>(&m), 64, 4) == cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  REQUIRE(cudaMallocManaged(reinterpret_cast<void**>(&m), 16 * sizeof(int)) == cudaSuccess);
+  for (int i = 0; i < 16; ++i)
+    m[i] = i;
+  cudaPointerAttributes a{};
+  REQUIRE(cudaPointerGetAttributes(&a, m) == cudaSuccess);
+  CHECK(a.type == cudaMemoryTypeManaged);
+  CHECK(a.devicePointer == m);
+  CHECK(a.hostPointer == m);
+  int* d = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&d), 16 * sizeof(int)) == cudaSuccess);
+  REQUIRE(cudaMemcpy(d, m, 16 * sizeof(int), cudaMemcpyDeviceToDevice) == cudaSuccess);
+  int back[16] = {};
+  REQUIRE(cudaMemcpy(back, d, sizeof back, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(back[15] == 15);
+  CHECK(cudaFreeHost(m) == cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  REQUIRE(cudaFree(m) == cudaSuccess);
+  REQUIRE(cudaFree(d) == cudaSuccess);
+}
+
+TEST_CASE("sim: cudaMemPrefetchAsync and cudaMemAdvise take managed memory only", "[sim]") {
+  device_guard device;
+  void* m = nullptr;
+  void* d = nullptr;
+  REQUIRE(cudaMallocManaged(&m, 4096) == cudaSuccess);
+  REQUIRE(cudaMalloc(&d, 4096) == cudaSuccess);
+  cudaStream_t s = make_stream();
+#  if CUDART_VERSION >= 13000
+  cudaMemLocation gpu{};
+  gpu.type = cudaMemLocationTypeDevice;
+  gpu.id = 0;
+  cudaMemLocation host{};
+  host.type = cudaMemLocationTypeHost;
+  CHECK(cudaMemPrefetchAsync(m, 4096, gpu, 0, s) == cudaSuccess);
+  CHECK(cudaMemPrefetchAsync(m, 4096, host, 0, s) == cudaSuccess);
+  CHECK(cudaMemAdvise(m, 4096, cudaMemAdviseSetReadMostly, gpu) == cudaSuccess);
+  CHECK(cudaMemPrefetchAsync(d, 4096, gpu, 0, s) == cudaErrorInvalidValue);
+  CHECK(cudaMemAdvise(d, 4096, cudaMemAdviseSetReadMostly, gpu) == cudaErrorInvalidValue);
+  gpu.id = 7;
+  CHECK(cudaMemPrefetchAsync(m, 4096, gpu, 0, s) == cudaErrorInvalidDevice);
+#  else
+  CHECK(cudaMemPrefetchAsync(m, 4096, 0, s) == cudaSuccess);
+  CHECK(cudaMemPrefetchAsync(m, 4096, cudaCpuDeviceId, s) == cudaSuccess);
+  CHECK(cudaMemAdvise(m, 4096, cudaMemAdviseSetReadMostly, 0) == cudaSuccess);
+  CHECK(cudaMemPrefetchAsync(d, 4096, 0, s) == cudaErrorInvalidValue);
+  CHECK(cudaMemAdvise(d, 4096, cudaMemAdviseSetReadMostly, 0) == cudaErrorInvalidValue);
+  CHECK(cudaMemPrefetchAsync(m, 4096, 7, s) == cudaErrorInvalidDevice);
+#  endif
+  (void)cudaGetLastError();
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaFree(m) == cudaSuccess);
+  REQUIRE(cudaFree(d) == cudaSuccess);
+}
+
+TEST_CASE("sim: cudaMallocPitch pads rows to 512 bytes and cudaMemcpy2D copies row by row",
+          "[sim]") {
+  device_guard device;
+  void* d = nullptr;
+  std::size_t pitch = 0;
+  REQUIRE(cudaMallocPitch(&d, &pitch, 100, 4) == cudaSuccess);
+  CHECK(pitch == 512);
+  unsigned char in[4][100];
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 100; ++c)
+      in[r][c] = static_cast<unsigned char>(r * 10 + c % 10);
+  REQUIRE(cudaMemcpy2D(d, pitch, in, 100, 100, 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  unsigned char out[4][100] = {};
+  cudaStream_t s = make_stream();
+  REQUIRE(cudaMemcpy2DAsync(out, 100, d, pitch, 100, 4, cudaMemcpyDeviceToHost, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(out[3][99] == 39);
+  CHECK(out[1][5] == 15);
+  CHECK(cudaMemcpy2D(d, pitch, in, 100, 101, 4, cudaMemcpyHostToDevice) ==
+        cudaErrorInvalidPitchValue);  // wider than the source rows
+  CHECK(cudaMemcpy2D(d, pitch, in, 100, 100, 5, cudaMemcpyHostToDevice) ==
+        cudaErrorInvalidValue);  // past the allocation
+  (void)cudaGetLastError();
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaFree(d) == cudaSuccess);
+}
+
+TEST_CASE("sim: cudaMemcpyPeer copies between the memory of two devices", "[sim]") {
+  device_guard device({2});
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
+  int* a = nullptr;
+  int* b = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&a), sizeof(int)) == cudaSuccess);
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&b), sizeof(int)) == cudaSuccess);
+  const int value = 42;
+  REQUIRE(cudaMemcpy(a, &value, sizeof value, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpyPeer(b, 1, a, 0, sizeof(int)) == cudaSuccess);
+  CHECK(cudaMemcpyPeer(b, 0, a, 0, sizeof(int)) == cudaErrorInvalidValue);  // b is device 1's
+  CHECK(cudaMemcpyPeerAsync(b, 1, a, 9, sizeof(int), nullptr) == cudaErrorInvalidDevice);
+  (void)cudaGetLastError();
+  int back = 0;
+  REQUIRE(cudaMemcpy(&back, b, sizeof back, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(back == 42);
+  REQUIRE(cudaFree(b) == cudaSuccess);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  REQUIRE(cudaFree(a) == cudaSuccess);
+}
+
 #endif

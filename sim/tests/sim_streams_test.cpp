@@ -158,6 +158,24 @@ TEST_CASE("sim: a destroyed stream finishes its work and its handle becomes inva
 
 #endif
 
+TEST_CASE("sim: cudaStreamGetId gives each stream its own id", "[sim]") {
+  device_guard device;
+  cudaStream_t a = make_stream();
+  cudaStream_t b = make_stream();
+  unsigned long long ia = 0;
+  unsigned long long ib = 0;
+  unsigned long long legacy = 0;
+  REQUIRE(cudaStreamGetId(a, &ia) == cudaSuccess);
+  REQUIRE(cudaStreamGetId(b, &ib) == cudaSuccess);
+  REQUIRE(cudaStreamGetId(cudaStreamLegacy, &legacy) == cudaSuccess);
+  CHECK(ia != ib);
+  CHECK(legacy != ia);
+  CHECK(cudaStreamGetId(a, nullptr) == cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  REQUIRE(cudaStreamDestroy(a) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(b) == cudaSuccess);
+}
+
 TEST_CASE("sim: elapsed time needs two completed events that record timing", "[sim]") {
   device_guard device;
   cudaStream_t s = make_stream();

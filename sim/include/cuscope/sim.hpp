@@ -41,6 +41,8 @@ struct device_config {
   bool free_host_synchronizes = false;
   /// How long reset() waits for a host function that has not returned before it abandons it.
   std::chrono::milliseconds host_function_timeout{10000};
+  /// cudaMallocPitch rounds each row up to a multiple of this (a power of two).
+  std::size_t pitch_alignment_bytes = 512;
 };
 
 /// @brief Starts a fresh simulated process: runs all pending work, then forgets every device,
