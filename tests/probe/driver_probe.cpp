@@ -347,6 +347,7 @@ void probe_queries(cudaStream_t s) {
   static int wait_ms = 200;
   (void)PROBE_TRY(cudaLaunchHostFunc(s, &busy, &wait_ms));
   put("query.stream_with_work_running", answer(cudaStreamQuery(s)));
+  put("query.not_ready_is_the_last_error", answer(cudaGetLastError()));
   (void)PROBE_TRY(cudaStreamSynchronize(s));
 }
 
