@@ -162,4 +162,14 @@ class pool_resource {
   cudaStream_t sync_stream_;
 };
 
+#if CCCL_VERSION >= 3001000
+// CCCL 3.1+: synchronous_resource allocates synchronously, resource in stream order.
+static_assert(::cuda::mr::synchronous_resource_with<pool_resource, ::cuda::mr::device_accessible>);
+static_assert(::cuda::mr::resource_with<pool_resource, ::cuda::mr::device_accessible>);
+#else
+// CCCL 3.0: resource allocates synchronously, async_resource in stream order.
+static_assert(::cuda::mr::resource_with<pool_resource, ::cuda::mr::device_accessible>);
+static_assert(::cuda::mr::async_resource_with<pool_resource, ::cuda::mr::device_accessible>);
+#endif
+
 }  // namespace cuscope
