@@ -90,8 +90,9 @@ inline void default_cleanup_handler(const cleanup_error& e) noexcept {
                e.object, e.handle, e.status != cudaSuccess ? cudaGetErrorName(e.status) : "",
                e.status != cudaSuccess ? ": " : "", e.message, e.file, e.line);
 #if !defined(CUSCOPE_NO_CLEANUP_ASSERT)
-  assert(!"cuscope: a cleanup step failed (define CUSCOPE_NO_CLEANUP_ASSERT or set a "
-          "cleanup_handler to continue)");
+  assert(false &&
+         "cuscope: a cleanup step failed (define CUSCOPE_NO_CLEANUP_ASSERT or set a "
+         "cleanup_handler to continue)");
 #endif
 }
 
