@@ -80,7 +80,7 @@ struct can_output<
 static_assert(can_output<std::vector<float>&>::value);
 static_assert(!can_output<std::vector<float>>::value);
 
-constexpr std::size_t MiB = std::size_t{1} << 20;
+[[maybe_unused]] constexpr std::size_t MiB = std::size_t{1} << 20;
 
 using value_t = std::int32_t;
 using result_t = std::int64_t;

@@ -129,8 +129,10 @@ TEST_CASE(
     REQUIRE(r.has_process_footprint());
     CHECK(r.process.used_bytes == r.taken_bytes());
     CHECK(r.other_processes_bytes() == 0);
+#if CUSCOPE_TEST_SIMULATED
     CHECK(r.process_outside_pools_bytes() == cuscope::sim::config().context_bytes + 32 * MiB);
     CHECK(r.process_rest_bytes() == cuscope::sim::config().context_bytes);
+#endif
   } else if (r.has_process_footprint()) {
     CHECK(r.process.used_bytes >= r.pool_reserved_bytes());
     CHECK(r.process.used_bytes <= r.taken_bytes());
