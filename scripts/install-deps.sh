@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs what building cuscope needs and is missing: a C++17 compiler, CMake, and, for the tests,
-# Catch2, clang-format, pkg-config and Python's venv. Uses apt-get on Debian and Ubuntu; elsewhere it says what to install.
-#   scripts/install-deps.sh           build tools only
-#   scripts/install-deps.sh --tests   and what the tests need
+# Catch2, clang-format, pkg-config, Python's venv and pip, and the toolchain matrix's compilers
+# (g++ 12, clang 14). Uses apt-get on Debian and Ubuntu; elsewhere it says what to install.
+#   scripts/install-deps.sh                build tools only
+#   scripts/install-deps.sh --tests        and what the tests need
+#   scripts/install-deps.sh --toolchains   and the matrix's CUDA and CCCL wheels, downloaded once
+#                                          into the cache of scripts/toolchains.sh
 set -euo pipefail
 
 want_tests=0
-[ "${1:-}" = "--tests" ] && want_tests=1
+want_wheels=0
+case "${1:-}" in
+  --tests) want_tests=1 ;;
+  --toolchains)
+    want_tests=1
+    want_wheels=1
+    ;;
+esac
 
 missing=()
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
@@ -31,9 +41,21 @@ if [ "$want_tests" = 1 ]; then
   # conan into a virtual environment.
   command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
   python3 -m venv --help >/dev/null 2>&1 || missing+=(python3-venv)
+  # The toolchain matrix (scripts/toolchains.sh): its compilers, and pip for the CUDA wheels.
+  command -v g++-12 >/dev/null 2>&1 || missing+=(g++-12)
+  command -v clang++-14 >/dev/null 2>&1 || missing+=(clang-14)
+  python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 fi
 
-[ ${#missing[@]} -eq 0 ] && exit 0
+fetch_wheels() {
+  [ "$want_wheels" = 1 ] || return 0
+  "$(dirname "$0")/toolchains.sh" --fetch
+}
+
+if [ ${#missing[@]} -eq 0 ]; then
+  fetch_wheels
+  exit 0
+fi
 
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "cuscope: please install: ${missing[*]} (Catch2 v3 or v2.13 with its CMake package)" >&2
@@ -49,3 +71,4 @@ fi
 echo "cuscope: installing ${missing[*]}"
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fetch_wheels

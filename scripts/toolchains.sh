@@ -153,10 +153,8 @@ run_one() {
   local build="$root/build/toolchains/$name"
   local start=$SECONDS
   say "$name: CUDA $rt_version, CCCL $cccl_version, $cxx, C++$std"
-  # A fresh configuration each time: the prefix is composed anew and CMake caches what it found.
-  rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"
   mkdir -p "$build"
-  cmake -S "$root" -B "$build" -G Ninja -Wno-dev \
+  cmake -S "$root" -B "$build" -Wno-dev \
     -DCMAKE_BUILD_TYPE= \
     -DCMAKE_CXX_COMPILER="$cxx" \
     -DCMAKE_CXX_STANDARD="$std" -DCMAKE_CXX_STANDARD_REQUIRED=ON -DCMAKE_CXX_EXTENSIONS=OFF \
