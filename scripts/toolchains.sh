@@ -160,7 +160,7 @@ run_one() {
     -DCMAKE_CXX_STANDARD="$std" -DCMAKE_CXX_STANDARD_REQUIRED=ON -DCMAKE_CXX_EXTENSIONS=OFF \
     -DCUDAToolkit_ROOT="$prefix" \
     -DCMAKE_CUDA_COMPILER= \
-    -DCUSCOPE_REAL_RUNTIME=$real \
+    -DCUSCOPE_REAL_RUNTIME=$real -DCMAKE_CUDA_RUNTIME_LIBRARY=Shared \
     -DCUSCOPE_WARNINGS_AS_ERRORS=ON \
     -DCUSCOPE_SANITIZE=OFF -DCUSCOPE_TEST_PTDS=OFF -DCUSCOPE_FORMAT_CHECK=OFF \
     -DCUSCOPE_BUILD_EXAMPLES=OFF -DCUSCOPE_BUILD_BENCHMARKS=OFF -DCUSCOPE_INSTALL=OFF \
@@ -177,8 +177,8 @@ run_one() {
     local exe
     for exe in "$build"/tests/*_test_gpu; do
       [ -e "$exe" ] || die "$name: no real-runtime test executables were built"
-      readelf -d "$exe" | grep -q "NEEDED.*libcudart.so.$rt_major" ||
-        die "$name: $(basename "$exe") does not link libcudart.so.$rt_major"
+      ldd "$exe" | grep -q "libcudart.so.$rt_major => $prefix/" ||
+        die "$name: $(basename "$exe") does not load libcudart.so.$rt_major from $prefix"
     done
   fi
   ctest --test-dir "$build" -L '^(sim|gpu)$' --output-on-failure --no-tests=error ||
