@@ -21,20 +21,26 @@ import subprocess
 import sys
 import tempfile
 
+# (name given to --only, measured function, what it does). The _recorded rows run the same
+# function on a pool with a cuscope::recorder attached (sampling at most once an hour, so that the
+# count is of recording alone).
 FUNCTIONS = [
-    ("raw", "cudaMallocFromPoolAsync + cudaFreeAsync (raw API, status checked)"),
-    ("pool", "memory_pool::allocate + deallocate"),
-    ("buffer", "device_buffer<std::byte> constructed and destroyed"),
-    ("session", "session::make_buffer<std::byte> and its destruction"),
+    ("raw", "raw", "cudaMallocFromPoolAsync + cudaFreeAsync (raw API, status checked)"),
+    ("pool", "pool", "memory_pool::allocate + deallocate"),
+    ("buffer", "buffer", "device_buffer<std::byte> constructed and destroyed"),
+    ("session", "session", "session::make_buffer<std::byte> and its destruction"),
+    ("pool_recorded", "pool", "memory_pool::allocate + deallocate, recorder attached"),
+    ("buffer_recorded", "buffer", "device_buffer<std::byte>, recorder attached"),
+    ("session_recorded", "session", "session::make_buffer<std::byte>, recorder attached"),
 ]
 
 
-def count_ir(valgrind, exe, function, pairs, workdir):
-    out = os.path.join(workdir, "callgrind.%s.%d.out" % (function, pairs))
+def count_ir(valgrind, exe, name, function, pairs, workdir):
+    out = os.path.join(workdir, "callgrind.%s.%d.out" % (name, pairs))
     cmd = [
         valgrind, "--tool=callgrind", "--callgrind-out-file=" + out,
         "--collect-atstart=no", "--toggle-collect=*overhead_%s_pairs*" % function,
-        exe, "--only", function, "--pairs", str(pairs),
+        exe, "--only", name, "--pairs", str(pairs),
     ]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True)
@@ -74,17 +80,21 @@ def main():
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="cuscope-callgrind-") as work:
-        for name, what in FUNCTIONS:
-            ir1, cmd = count_ir(a.valgrind, a.exe, name, n, work)
-            ir2, _ = count_ir(a.valgrind, a.exe, name, 2 * n, work)
+        for name, function, what in FUNCTIONS:
+            ir1, cmd = count_ir(a.valgrind, a.exe, name, function, n, work)
+            ir2, _ = count_ir(a.valgrind, a.exe, name, function, 2 * n, work)
             per_pair = (ir2 - ir1) / float(n)
             rows.append({"function": name, "what": what, "ir_n": ir1, "ir_2n": ir2,
                          "per_pair": per_pair, "fixed": ir1 - per_pair * n,
                          "command": " ".join(cmd[:-4] + ["--only", name, "--pairs", "N"])})
     raw = rows[0]["per_pair"]
+    by_name = {r["function"]: r for r in rows}
     for r in rows:
         r["added_per_pair"] = r["per_pair"] - raw
         r["ratio_to_raw"] = r["per_pair"] / raw if raw else None
+        if r["function"].endswith("_recorded"):
+            plain = by_name[r["function"][:-len("_recorded")]]
+            r["recorder_per_pair"] = r["per_pair"] - plain["per_pair"]
 
     columns = ["function", "instructions per pair", "added by cuscope", "ratio to raw"]
     table_rows = [[r["function"] + ": " + r["what"], "%.1f" % r["per_pair"],
@@ -110,6 +120,15 @@ def main():
         print("note: " + line)
     headline = []
     for r in rows[1:]:
+        if "recorder_per_pair" in r:
+            headline.append({
+                "name": "overhead: host instructions a recorder adds per pair to %s (callgrind)"
+                        % r["function"][:-len("_recorded")],
+                "value": r["recorder_per_pair"], "unit": "instructions",
+                "detail": r["what"] + ", against the same without a recorder"})
+            print("headline: %s: %+.1f instructions" % (headline[-1]["name"],
+                                                       r["recorder_per_pair"]))
+            continue
         headline.append({
             "name": "overhead: host instructions added per pair by %s (callgrind)" % r["function"],
             "value": r["added_per_pair"], "unit": "instructions",

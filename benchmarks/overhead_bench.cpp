@@ -66,13 +66,32 @@ CUSCOPE_BENCH_MEASURED void overhead_session_pairs(cuscope::session& session, st
   }
 }
 
-constexpr std::array<const char*, 4> functions = {"raw", "pool", "buffer", "session"};
+// The last three run the same measured functions on a pool with a recorder attached.
+constexpr std::array<const char*, 7> functions = {
+    "raw", "pool", "buffer", "session", "pool_recorded", "buffer_recorded", "session_recorded"};
+
+// A recorder that samples only once an hour: the count is of recording itself, deterministic.
+// Sampling (two pool attributes and cudaMemGetInfo) happens at most once per sample_interval.
+cuscope::recorder_options no_sampling() {
+  cuscope::recorder_options o;
+  o.sample_interval = std::chrono::hours(1);
+  return o;
+}
 
 struct fixture {
   cuscope::memory_pool pool;
   cuscope::stream stream;
   cuscope::session session{pool, stream, "overhead"};
+  cuscope::recorder recorder{no_sampling()};
+  cuscope::memory_pool recorded_pool = make_recorded_pool(recorder);
+  cuscope::session recorded_session{recorded_pool, stream, "overhead, recorded"};
   std::size_t bytes = 256;
+
+  static cuscope::memory_pool make_recorded_pool(cuscope::recorder& r) {
+    cuscope::memory_pool p;
+    p.set_recorder(&r, "recorded");
+    return p;
+  }
 
   // Runs pairs through function f.
   void run(std::size_t f, std::size_t pairs) {
@@ -86,8 +105,17 @@ struct fixture {
       case 2:
         overhead_buffer_pairs(pool, stream, bytes, pairs);
         break;
-      default:
+      case 3:
         overhead_session_pairs(session, bytes, pairs);
+        break;
+      case 4:
+        overhead_pool_pairs(recorded_pool, stream, bytes, pairs);
+        break;
+      case 5:
+        overhead_buffer_pairs(recorded_pool, stream, bytes, pairs);
+        break;
+      default:
+        overhead_session_pairs(recorded_session, bytes, pairs);
         break;
     }
   }
@@ -98,8 +126,8 @@ int run(int argc, char** argv) {
                    "overhead_bench: the host cost cuscope adds to an allocate/free pair "
                    "(run under callgrind by benchmarks/callgrind_overhead.py)",
                    {{"--only",
-                     "run only this function once (raw, pool, buffer or session): "
-                     "the mode callgrind_overhead.py uses"},
+                     "run only this function once (raw, pool, buffer, session, or the last three "
+                     "with _recorded): the mode callgrind_overhead.py uses"},
                     {"--pairs", "pairs per call"},
                     {"--rounds", "rounds of interleaved timed calls (timing mode)"}});
 #if CUSCOPE_BENCH_SIMULATED
@@ -115,6 +143,9 @@ int run(int argc, char** argv) {
     void* p = nullptr;
     CUSCOPE_BENCH_CHECK(cudaMallocFromPoolAsync(&p, fx.bytes, fx.pool.get(), fx.stream.get()));
     CUSCOPE_BENCH_CHECK(cudaFreeAsync(p, fx.stream.get()));
+    CUSCOPE_BENCH_CHECK(
+        cudaMallocFromPoolAsync(&p, fx.bytes, fx.recorded_pool.get(), fx.stream.get()));
+    CUSCOPE_BENCH_CHECK(cudaFreeAsync(p, fx.stream.get()));
     fx.stream.synchronize();
   }
 
@@ -124,13 +155,16 @@ int run(int argc, char** argv) {
     for (std::size_t i = 0; i < functions.size(); ++i)
       if (only == functions[i]) f = i;
     if (f == functions.size()) {
-      std::fprintf(stderr, "overhead_bench: --only takes raw, pool, buffer or session\n");
+      std::fprintf(stderr,
+                   "overhead_bench: --only takes raw, pool, buffer, session, pool_recorded, "
+                   "buffer_recorded or session_recorded\n");
       return 2;
     }
     fx.run(f, pairs);
     fx.stream.synchronize();
     (void)fx.session.finish();
-    std::printf("ran %zu pairs through overhead_%s_pairs\n", pairs, functions[f]);
+    (void)fx.recorded_session.finish();
+    std::printf("ran %zu pairs through %s\n", pairs, functions[f]);
     return 0;
   }
 
@@ -151,13 +185,13 @@ int run(int argc, char** argv) {
     }
   }
   (void)fx.session.finish();
+  (void)fx.recorded_session.finish();
   cb::table t("host time per 256-byte pair (median ±spread) and ratio to the raw API",
               {"function", "time per pair", "ratio"});
   const cb::summary raw = cb::summarize(samples[0]);
   for (std::size_t f = 0; f < functions.size(); ++f) {
     const cb::summary s = cb::summarize(samples[f]);
-    t.add_row({std::string("overhead_") + functions[f] + "_pairs", cb::format_ns_spread(s),
-               cb::format_ratio(s.median / raw.median)});
+    t.add_row({functions[f], cb::format_ns_spread(s), cb::format_ratio(s.median / raw.median)});
     cb::json row = s.to_json();
     row.set("function", functions[f]);
     row.set("unit", "ns per pair");

@@ -15,7 +15,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <cuscope/cuscope.hpp>
+#include <cuscope/trace.hpp>
 #include <exception>
 #include <random>
 #include <string>
@@ -152,11 +154,16 @@ static std::vector<float> make_dataset() {
   return data;
 }
 
-static int run() {
+static int run(const char* trace_path) {
   // The model lives across epochs, in a pool of its own; the gradient and the batches live in one
   // epoch each, and each epoch's session gives their pool's memory back to the driver.
+  cuscope::recorder recorder;  // records only when attached, below
   cuscope::memory_pool model_pool;
   cuscope::memory_pool pool;
+  if (trace_path != nullptr) {
+    model_pool.set_recorder(&recorder, "model");
+    pool.set_recorder(&recorder, "epochs");
+  }
   cuscope::stream stream;
   const std::vector<float> data = make_dataset();
   const std::vector<float> zeros(parameters, 0.0f);
@@ -195,6 +202,11 @@ static int run() {
     }
     std::printf("%s", session.finish().to_string().c_str());
   }
+  if (trace_path != nullptr) {
+    cuscope::write_chrome_trace(recorder, trace_path);
+    std::printf("wrote the trace of %llu events to %s\n",
+                static_cast<unsigned long long>(recorder.recorded()), trace_path);
+  }
   const std::vector<float> w = weights.to_vector(stream);
   std::printf("bias %.3f, first weights %.3f %.3f %.3f\n", static_cast<double>(w[features]),
               static_cast<double>(w[0]), static_cast<double>(w[1]), static_cast<double>(w[2]));
@@ -206,7 +218,14 @@ static int run() {
   return 0;
 }
 
-int main() {
+int main(int argc, char** argv) {
+  const char* trace_path = nullptr;
+  if (argc == 3 && std::strcmp(argv[1], "--trace") == 0) {
+    trace_path = argv[2];
+  } else if (argc != 1) {
+    std::fprintf(stderr, "usage: %s [--trace FILE]\n", argv[0]);
+    return 2;
+  }
   if (cuscope::device_count() == 0) {
     std::printf("training_loop: no CUDA device\n");
     return 77;  // ctest: skipped
@@ -216,7 +235,7 @@ int main() {
   std::printf("training_loop on %s (%s)\n", prop.name,
               CUSCOPE_EXAMPLE_SIMULATED ? "simulated device" : "GPU");
   try {
-    return run();
+    return run(trace_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "training_loop: %s\n", e.what());
     return 1;

@@ -4,7 +4,7 @@
 # Catch2, clang-format, pkg-config, Python's venv and pip, and the toolchain matrix's compilers
 # (g++ 12, clang 14). Uses apt-get on Debian and Ubuntu; elsewhere it says what to install.
 #   scripts/install-deps.sh                build tools only
-#   scripts/install-deps.sh --tests        and what the tests need
+#   scripts/install-deps.sh --tests        and what the tests need (matplotlib for the plot test)
 #   scripts/install-deps.sh --toolchains   and the matrix's CUDA and CCCL wheels, downloaded once
 #                                          into the cache of scripts/toolchains.sh
 set -euo pipefail
@@ -45,6 +45,8 @@ if [ "$want_tests" = 1 ]; then
   command -v g++-12 >/dev/null 2>&1 || missing+=(g++-12)
   command -v clang++-14 >/dev/null 2>&1 || missing+=(clang-14)
   python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+  # The test that draws the demo's memory trace (scripts/memory_plot.py).
+  python3 -c 'import matplotlib' >/dev/null 2>&1 || missing+=(python3-matplotlib)
 fi
 
 fetch_wheels() {

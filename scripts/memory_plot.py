@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Draws a cuscope memory trace (the Chrome trace-event JSON of cuscope::write_chrome_trace) as a
-PNG: per pool, the bytes in use and reserved over time; the device's free memory below; sessions
-as labelled bands; leaks and out-of-memory errors marked.
+PNG: per pool, the bytes in use and reserved over time (and with --freeing, freed but not yet known
+to have run); the device's free memory below; sessions as labelled bands; leaks and out-of-memory
+errors marked.
 
   scripts/memory_plot.py trace.json -o memory.png
   scripts/memory_plot.py --check trace.json      checks the trace only (no matplotlib needed)
@@ -91,7 +92,7 @@ def unit_for(values):
     return 1, "B"
 
 
-def plot(doc, out, title):
+def plot(doc, out, title, show_freeing=False):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -119,8 +120,10 @@ def plot(doc, out, title):
 
     for k, pool in enumerate(pools):
         color = colors[k % len(colors)]
-        for suffix, style, width in ((": reserved", "--", 1.4), (": used", "-", 2.0),
-                                     (": freeing", ":", 1.0)):
+        kinds = [(": reserved", "--", 1.4), (": used", "-", 1.6)]
+        if show_freeing:
+            kinds.append((": freeing", ":", 1.0))
+        for suffix, style, width in kinds:
             pts = counters.get(pool + suffix)
             if pts:
                 xs, ys = steps(pts, factor)
@@ -129,14 +132,19 @@ def plot(doc, out, title):
     ax.set_ylabel(unit)
     ax.set_ylim(bottom=0)
 
-    # Sessions: nested bands, deeper ones darker, labelled when wide enough.
+    # Sessions: bands, top-level ones in alternating shades, nested ones darker, labelled when
+    # wide enough.
     depth_stack = []
+    top = 0
     for begin, end, name, args in slices:
         while depth_stack and depth_stack[-1] <= begin:
             depth_stack.pop()
         depth = len(depth_stack)
         depth_stack.append(end)
-        ax.axvspan(begin, end, ymin=0, ymax=1, color="tab:gray", alpha=0.06 + 0.05 * depth,
+        if depth == 0:
+            top += 1
+        shade = ("tab:blue", "tab:orange")[top % 2] if depth == 0 else "tab:gray"
+        ax.axvspan(begin, end, ymin=0, ymax=1, color=shade, alpha=0.07 + 0.05 * depth,
                    linewidth=0)
         if depth == 0 and (end - begin) > 0.04 * t_end:
             ax.annotate(name, xy=((begin + end) / 2, 1.0), xycoords=("data", "axes fraction"),
@@ -182,6 +190,8 @@ def main():
     p.add_argument("-o", "--out", help="PNG to write (default: the trace's name with .png)")
     p.add_argument("--title", default=None, help="title of the picture")
     p.add_argument("--check", action="store_true", help="only check that the trace is valid")
+    p.add_argument("--freeing", action="store_true",
+                   help="also draw the bytes whose free is enqueued but not known to have run")
     a = p.parse_args()
     doc = load(a.trace)
     problems = check(doc, a.trace)
@@ -195,7 +205,7 @@ def main():
               (a.trace, len(doc["traceEvents"]), len(counters), len(slices), len(instants)))
         return 0
     out = a.out or (a.trace[:-5] if a.trace.endswith(".json") else a.trace) + ".png"
-    return plot(doc, out, a.title or "cuscope memory timeline: " + a.trace)
+    return plot(doc, out, a.title or "cuscope memory timeline: " + a.trace, a.freeing)
 
 
 if __name__ == "__main__":

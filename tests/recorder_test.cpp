@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <cstddef>
 #include <cstdint>
+#include <cuscope/device_buffer.hpp>
 #include <cuscope/memory_pool.hpp>
 #include <cuscope/recorder.hpp>
+#include <cuscope/session.hpp>
 #include <cuscope/stream.hpp>
 #include <stdexcept>
 #include <thread>
@@ -165,4 +167,178 @@ TEST_CASE("recorder: sessions get ids, names and parents", "[recorder]") {
     }
   }
   CHECK(ends == 2);
+}
+
+TEST_CASE("recorder: none is attached by default", "[recorder]") {
+  device_guard device;
+  memory_pool pool;
+  CHECK(pool.attached_recorder() == nullptr);
+  CHECK(pool.ref().attached_recorder() == nullptr);
+  cuscope::stream s;
+  cuscope::session session(pool, s, "quiet");
+  CHECK(session.pool().attached_recorder() == nullptr);
+  (void)session.finish();
+}
+
+TEST_CASE("recorder: a pool records allocations, frees, trims and threshold changes",
+          "[recorder]") {
+  device_guard device;
+  recorder r(small(256));
+  memory_pool pool;
+  pool.set_recorder(&r, "weights");
+  CHECK(pool.attached_recorder() == &r);
+  CHECK(pool.ref().attached_recorder() == &r);
+  cuscope::stream s;
+  void* p = pool.allocate(s, 3 * MiB);
+  pool.deallocate(s, p, 3 * MiB);
+  {
+    const cuscope::device_buffer<int> b(s, 1024, pool);
+    CHECK(b.pool().attached_recorder() == &r);
+  }
+  s.synchronize();
+  pool.set_release_threshold(5 * MiB);
+  pool.trim_to(0);
+  pool.set_recorder(nullptr);
+  void* quiet = pool.allocate(s, 1 * MiB);
+  pool.deallocate(s, quiet, 1 * MiB);
+  s.synchronize();
+
+  std::vector<memory_event> ev;
+  for (const memory_event& e : r.events())
+    if (e.kind != memory_event_kind::sample) ev.push_back(e);
+  REQUIRE(ev.size() == 6);
+  CHECK(ev[0].kind == memory_event_kind::allocate);
+  CHECK(ev[0].ptr == p);
+  CHECK(ev[0].bytes == 3 * MiB);
+  CHECK(ev[0].pool == pool.get());
+  CHECK(ev[0].stream == s.get());
+  CHECK(ev[1].kind == memory_event_kind::free);
+  CHECK(ev[1].ptr == p);
+  CHECK(ev[1].bytes == 3 * MiB);
+  CHECK(ev[2].kind == memory_event_kind::allocate);
+  CHECK(ev[2].bytes == 1024 * sizeof(int));
+  CHECK(ev[3].kind == memory_event_kind::free);
+  CHECK(ev[3].ptr == ev[2].ptr);
+  CHECK(ev[4].kind == memory_event_kind::set_threshold);
+  CHECK(ev[4].bytes == 5 * MiB);
+  CHECK(ev[5].kind == memory_event_kind::trim);
+  CHECK(ev[5].bytes == 0);
+  // The attachment and the trim sampled the pool: the last sample shows it trimmed.
+  const std::vector<memory_event> all = r.events();
+  REQUIRE(all.front().kind == memory_event_kind::sample);
+  REQUIRE(all.back().kind == memory_event_kind::sample);
+  CHECK(all.back().value == 0);
+  CHECK(all.back().bytes == 0);
+  const auto names = r.pool_names();
+  REQUIRE(names.size() == 1);
+  CHECK(names[0].second == "weights");
+}
+
+TEST_CASE("recorder: sessions record their scope, and their buffers carry its id", "[recorder]") {
+  device_guard device;
+  recorder r(small(256));
+  memory_pool pool;
+  pool.set_recorder(&r);
+  cuscope::stream s;
+  cuscope::device_buffer<char> leaked;
+  {
+    cuscope::session_options eo;
+    eo.name = "epoch 1";
+    eo.on_leak = cuscope::leak_policy::ignore;  // the step's buffer outlives it too
+    cuscope::session epoch(pool, s, eo);
+    const auto a = epoch.make_buffer<char>(2 * MiB);
+    {
+      cuscope::session_options o;
+      o.name = "step";
+      o.on_leak = cuscope::leak_policy::ignore;
+      cuscope::session step(epoch, o);
+      leaked = step.make_buffer<char>(1 * MiB);
+      (void)step.finish();
+    }
+    (void)epoch.finish();
+  }
+  const auto sessions = r.sessions();
+  REQUIRE(sessions.size() == 2);
+  CHECK(sessions[0].name == "epoch 1");
+  CHECK(sessions[1].name == "step");
+  CHECK(sessions[1].parent == sessions[0].id);
+  std::size_t syncs = 0;
+  std::size_t trims = 0;
+  for (const memory_event& e : r.events()) {
+    if (e.kind == memory_event_kind::allocate && e.bytes == 2 * MiB) CHECK(e.scope == 1);
+    if (e.kind == memory_event_kind::allocate && e.bytes == 1 * MiB) CHECK(e.scope == 2);
+    if (e.kind == memory_event_kind::synchronize) ++syncs;
+    if (e.kind == memory_event_kind::trim) ++trims;
+    if (e.kind == memory_event_kind::session_end && e.scope == 2) {
+      CHECK(e.value == 1);
+      CHECK(e.bytes == 1 * MiB);
+    }
+  }
+  CHECK(syncs == 2);
+  CHECK(trims == 2);
+  leaked = {};
+  s.synchronize();
+}
+
+TEST_CASE("recorder: a session records into the recorder its options name", "[recorder]") {
+  device_guard device;
+  recorder r(small(64));
+  memory_pool pool;
+  cuscope::stream s;
+  cuscope::session_options o;
+  o.name = "request 7";
+  o.record_into = &r;
+  {
+    cuscope::session request(pool, s, o);
+    const auto b = request.make_buffer<float>(256);
+    CHECK(b.pool().attached_recorder() == &r);
+  }
+  // The pool itself is not attached: only the session's allocations are recorded.
+  CHECK(pool.attached_recorder() == nullptr);
+  std::size_t allocations = 0;
+  for (const memory_event& e : r.events())
+    if (e.kind == memory_event_kind::allocate) ++allocations;
+  CHECK(allocations == 1);
+  REQUIRE(r.sessions().size() == 1);
+  CHECK(r.sessions()[0].name == "request 7");
+}
+
+TEST_CASE("recorder: an out-of-memory error is recorded with the bytes asked", "[recorder]") {
+  device_guard device;
+  recorder r(small(64));
+  cuscope::pool_options o;
+  o.max_bytes = 8 * MiB;
+  memory_pool pool(o);
+  pool.set_recorder(&r);
+  cuscope::stream s;
+  CHECK_THROWS_AS(pool.allocate(s, 16 * MiB), cuscope::out_of_memory);
+  bool seen = false;
+  for (const memory_event& e : r.events()) {
+    if (e.kind != memory_event_kind::out_of_memory) continue;
+    seen = true;
+    CHECK(e.bytes == 16 * MiB);
+    CHECK(e.pool == pool.get());
+  }
+  CHECK(seen);
+}
+
+TEST_CASE("recorder: a recorder that outlives its pool still exports what it recorded",
+          "[recorder]") {
+  device_guard device;
+  recorder r(small(64));
+  cudaMemPool_t handle = nullptr;
+  {
+    memory_pool pool;
+    pool.set_recorder(&r, "short-lived");
+    handle = pool.get();
+    cuscope::stream s;
+    const cuscope::device_buffer<char> b(s, 1 * MiB, pool);
+  }
+  const std::vector<memory_event> ev = r.events();
+  REQUIRE(!ev.empty());
+  bool allocated = false;
+  for (const memory_event& e : ev)
+    allocated = allocated || (e.kind == memory_event_kind::allocate && e.pool == handle);
+  CHECK(allocated);
+  CHECK(r.dropped() == 0);
 }

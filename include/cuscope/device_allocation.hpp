@@ -83,7 +83,9 @@ class device_allocation {
         device_(other.device_),
         max_bytes_(other.max_bytes_),
         retry_(other.retry_),
-        ledger_(std::exchange(other.ledger_, nullptr)) {}
+        ledger_(std::exchange(other.ledger_, nullptr)),
+        recorder_(other.recorder_),
+        scope_(other.scope_) {}
 
   /// @brief Frees this allocation's memory and takes other's; other is left empty.
   device_allocation& operator=(device_allocation&& other) noexcept {
@@ -97,6 +99,8 @@ class device_allocation {
       max_bytes_ = other.max_bytes_;
       retry_ = other.retry_;
       ledger_ = std::exchange(other.ledger_, nullptr);
+      recorder_ = other.recorder_;
+      scope_ = other.scope_;
     }
     return *this;
   }
@@ -131,7 +135,7 @@ class device_allocation {
     if (pool_ == nullptr)
       throw std::logic_error(
           "cuscope::device_allocation: the allocation has no pool (empty or moved-from)");
-    return memory_pool_ref(pool_, device_, max_bytes_, retry_);
+    return memory_pool_ref(pool_, device_, max_bytes_, retry_).with_recorder(recorder_, scope_);
   }
 
   /// @brief A new allocation of bytes from the same pool on stream, counted by the same session.
@@ -154,6 +158,8 @@ class device_allocation {
     device_ = pool.device();
     max_bytes_ = pool.max_bytes();
     retry_ = pool.retries_after_trim();
+    recorder_ = pool.attached_recorder();
+    scope_ = pool.recorded_scope();
   }
 
   void free() noexcept {
@@ -161,6 +167,7 @@ class device_allocation {
       // cudaFreeAsync is ordered by the stream, whatever device is current; only a default stream
       // handle needs the pool's device to name the stream the memory was used on.
       detail::free_async_nothrow(data_, stream_, device_);
+      if (recorder_ != nullptr) recorder_->record_free(device_, pool_, stream_, data_, bytes_);
       if (ledger_ != nullptr) ledger_->discharge(bytes_);
     }
     data_ = nullptr;
@@ -176,6 +183,8 @@ class device_allocation {
   std::size_t max_bytes_ = 0;
   bool retry_ = false;
   detail::ledger* ledger_ = nullptr;
+  recorder* recorder_ = nullptr;
+  std::uint32_t scope_ = 0;
 };
 
 }  // namespace cuscope

@@ -17,6 +17,7 @@
 #include "detail/format.hpp"
 #include "device.hpp"
 #include "error.hpp"
+#include "recorder.hpp"
 #include "stream.hpp"
 
 namespace cuscope {
@@ -82,6 +83,10 @@ class pool_base {
  public:
   /// @brief The device the pool allocates on.
   [[nodiscard]] int device() const noexcept { return self().device_; }
+  /// @brief The recorder its operations are recorded into; nullptr (the default) for none.
+  [[nodiscard]] recorder* attached_recorder() const noexcept { return self().recorder_; }
+  /// @brief The session id its allocations are recorded under (0: none).
+  [[nodiscard]] std::uint32_t recorded_scope() const noexcept { return self().scope_; }
   /// @brief The hard limit on reserved memory; 0 when there is none or it is not known.
   [[nodiscard]] std::size_t max_bytes() const noexcept { return self().max_bytes_; }
   /// @brief Whether a failed allocation is retried once after a synchronization and a trim.
@@ -112,6 +117,7 @@ class pool_base {
   /// everything.
   void set_release_threshold(std::size_t bytes) const {
     set_u64(cudaMemPoolAttrReleaseThreshold, bytes);
+    if (recorder* r = self().recorder_) r->record_threshold(self().device_, self().handle_, bytes);
   }
 
   /// @brief The cross-stream reuse policy.
@@ -136,6 +142,7 @@ class pool_base {
   /// it first (a session does both).
   void trim_to(std::size_t bytes) const {
     CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolTrimTo(checked_handle(), bytes), describe());
+    if (recorder* r = self().recorder_) r->record_trim(self().device_, self().handle_, bytes);
   }
 
   /// @brief Allocates bytes from the pool, usable in stream order after this call. Enqueued on
@@ -147,7 +154,11 @@ class pool_base {
     const stream_device_guard on(stream.get(), self().device_);
     void* p = nullptr;
     const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
-    if (status == cudaSuccess) return p;
+    if (status == cudaSuccess) {
+      if (recorder* r = self().recorder_)
+        r->record_allocate(self().device_, self().handle_, stream.get(), p, bytes, self().scope_);
+      return p;
+    }
     return allocate_failed(stream, bytes, status);
   }
 
@@ -155,10 +166,11 @@ class pool_base {
   /// Enqueued on stream (a default stream handle names the default stream of the pool's device);
   /// does not synchronize. bytes is what was allocated (unused by CUDA).
   void deallocate(stream_ref stream, void* ptr, std::size_t bytes) const {
-    (void)bytes;
     if (ptr == nullptr) return;
     const stream_device_guard on(stream.get(), self().device_);
     CUSCOPE_DETAIL_TRY_FOR(cudaFreeAsync(ptr, stream.get()), describe());
+    if (recorder* r = self().recorder_)
+      r->record_free(self().device_, self().handle_, stream.get(), ptr, bytes);
   }
 
   /// @brief "pool 0x... on device 0" (or "the default pool of device 0"), for messages.
@@ -217,7 +229,9 @@ class pool_base {
   CUSCOPE_DETAIL_COLD void* allocate_failed(stream_ref stream, std::size_t bytes,
                                             cudaError_t status) const {
     (void)cudaGetLastError();
+    recorder* const rec = self().recorder_;
     if (status == cudaErrorMemoryAllocation && self().retry_) {
+      if (rec != nullptr) rec->record_retry(self().device_, self().handle_, stream.get(), bytes);
       // Frees still in flight on any stream become reusable once they complete, and trimming
       // returns what is unused so that a large request can be backed by one fresh block.
       {
@@ -227,9 +241,16 @@ class pool_base {
       trim_to(0);
       void* p = nullptr;
       status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
-      if (status == cudaSuccess) return p;
+      if (status == cudaSuccess) {
+        if (rec != nullptr)
+          rec->record_allocate(self().device_, self().handle_, stream.get(), p, bytes,
+                               self().scope_);
+        return p;
+      }
       (void)cudaGetLastError();
     }
+    if (rec != nullptr && status == cudaErrorMemoryAllocation)
+      rec->record_out_of_memory(self().device_, self().handle_, stream.get(), bytes, self().scope_);
     if (status == cudaErrorMemoryAllocation) throw out_of_memory(bytes, oom_message(bytes));
     throw_cuda_error(status, "cudaMallocFromPoolAsync", __FILE__, __LINE__,
                      describe() + ", " + format_bytes(bytes) + " on " + stream.describe());
@@ -311,6 +332,15 @@ class memory_pool_ref : public detail::pool_base<memory_pool_ref> {
     return r;
   }
 
+  /// @brief A copy whose operations are recorded into r (nullptr: not recorded), its
+  /// allocations under the session id scope.
+  [[nodiscard]] memory_pool_ref with_recorder(recorder* r, std::uint32_t scope = 0) const noexcept {
+    memory_pool_ref copy = *this;
+    copy.recorder_ = r;
+    copy.scope_ = r != nullptr ? scope : 0;
+    return copy;
+  }
+
   /// @brief True when both refer to the same pool.
   friend bool operator==(const memory_pool_ref& a, const memory_pool_ref& b) noexcept {
     return a.handle_ == b.handle_;
@@ -328,6 +358,8 @@ class memory_pool_ref : public detail::pool_base<memory_pool_ref> {
   int device_;
   std::size_t max_bytes_;
   bool retry_;
+  recorder* recorder_ = nullptr;
+  std::uint32_t scope_ = 0;
 };
 
 /// @brief An owning memory pool: created with explicit settings, destroyed with the object.
@@ -381,7 +413,8 @@ class memory_pool : public detail::pool_base<memory_pool> {
       : handle_(std::exchange(other.handle_, nullptr)),
         device_(other.device_),
         max_bytes_(other.max_bytes_),
-        retry_(other.retry_) {}
+        retry_(other.retry_),
+        recorder_(std::exchange(other.recorder_, nullptr)) {}
 
   /// @brief Destroys this pool and takes other's; other is left empty.
   memory_pool& operator=(memory_pool&& other) noexcept {
@@ -391,6 +424,7 @@ class memory_pool : public detail::pool_base<memory_pool> {
       device_ = other.device_;
       max_bytes_ = other.max_bytes_;
       retry_ = other.retry_;
+      recorder_ = std::exchange(other.recorder_, nullptr);
     }
     return *this;
   }
@@ -418,7 +452,18 @@ class memory_pool : public detail::pool_base<memory_pool> {
   [[nodiscard]] memory_pool_ref ref() const& {
     if (handle_ == nullptr)
       throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
-    return memory_pool_ref(handle_, device_, max_bytes_, retry_);
+    return memory_pool_ref(handle_, device_, max_bytes_, retry_).with_recorder(recorder_);
+  }
+
+  /// @brief Records this pool's allocations, frees, trims, threshold changes and errors into r
+  /// from now on, shown as name when one is given; nullptr stops recording. Samples the pool. r
+  /// must outlive the pool, or be detached first; references made before keep their recorder.
+  void set_recorder(recorder* r, const std::string& name = {}) {
+    if (r != nullptr && handle_ != nullptr) {
+      if (!name.empty()) r->name_pool(handle_, name);
+      r->sample(device_, handle_);
+    }
+    recorder_ = r;
   }
   /// @brief Deleted: a reference to a temporary pool would outlive the pool.
   memory_pool_ref ref() && = delete;
@@ -472,6 +517,8 @@ class memory_pool : public detail::pool_base<memory_pool> {
   int device_ = 0;
   std::size_t max_bytes_ = 0;
   bool retry_ = false;
+  recorder* recorder_ = nullptr;
+  static constexpr std::uint32_t scope_ = 0;
 };
 
 }  // namespace cuscope

@@ -166,7 +166,7 @@ struct device_memory_report {
       row("cudaMalloc (as given)", *malloc_bytes);
       row("the rest (context, libraries)", process_rest_bytes());
     } else {
-      row("outside the pools (context, cudaMalloc, libraries)", process_outside_pools_bytes());
+      row("context, cudaMalloc, libraries", process_outside_pools_bytes());
     }
     row("other processes", other_processes_bytes());
     return s;

@@ -28,6 +28,8 @@
 #include "device_buffer.hpp"
 #include "error.hpp"
 #include "memory_pool.hpp"
+#include "nvtx.hpp"
+#include "recorder.hpp"
 #include "stream.hpp"
 
 namespace cuscope {
@@ -132,6 +134,10 @@ struct session_options {
   std::vector<stream_ref> streams;
   /// @brief Synchronize the whole device at the end instead of the streams.
   bool synchronize_device = false;
+  /// @brief Records the session (its beginning and end, synchronizations, trims and the
+  /// allocations of make_buffer under its id) into this recorder; by default the parent's, or the
+  /// pool's attached recorder. It must outlive the session.
+  recorder* record_into = nullptr;
   /// @brief Start the pool's peak statistics afresh at entry, so the report's peaks are the
   /// session's own (a nested session passes the earlier peaks on to its parent).
   bool reset_peaks = true;
@@ -265,6 +271,15 @@ class session {
       throw;
     }
     start_ = std::chrono::steady_clock::now();
+    recorder* r = options_.record_into;
+    if (r == nullptr)
+      r = parent_ != nullptr ? parent_->pool_.attached_recorder() : pool_.attached_recorder();
+    if (r != nullptr) {
+      scope_ = r->begin_session(options_.name, parent_ != nullptr ? parent_->scope_ : 0,
+                                pool_.device(), pool_.get());
+      pool_ = pool_.with_recorder(r, scope_);
+    }
+    nvtx_ = nvtx_range(options_.name.empty() ? std::string("cuscope session") : options_.name);
   }
 
   static session_options named(std::string name) {
@@ -299,6 +314,10 @@ class session {
     if (options_.synchronize_device) {
       scoped_device on(pool_.device());
       CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), "session '" + options_.name + "'");
+      if (recorder* r = pool_.attached_recorder()) {
+        r->record_synchronize(pool_.device(), nullptr, true);
+        r->sample(pool_.device(), pool_.get());  // the reserve the trim will give back
+      }
       return;
     }
     // Default stream handles name those of the pool's device, as for the session's buffers.
@@ -309,6 +328,12 @@ class session {
     for (const stream_ref s : options_.streams) {
       const detail::stream_device_guard on(s.get(), pool_.device());
       s.synchronize();
+    }
+    if (recorder* r = pool_.attached_recorder()) {
+      r->record_synchronize(pool_.device(), stream_.get());
+      for (const stream_ref s : options_.streams)
+        r->record_synchronize(pool_.device(), s.get());
+      r->sample(pool_.device(), pool_.get());  // the reserve the trim will give back
     }
   }
 
@@ -362,6 +387,9 @@ class session {
     report_.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     if (parent_ != nullptr) parent_->observe(report_.peak_used_bytes, report_.peak_reserved_bytes);
+    if (recorder* r = pool_.attached_recorder())
+      r->end_session(scope_, report_.leaked_allocations, report_.leaked_bytes);
+    nvtx_.end();
     ledger_->release();  // buffers that leaked keep the ledger alive for themselves
     ledger_ = nullptr;
     if (error) {
@@ -406,6 +434,8 @@ class session {
   std::optional<std::size_t> saved_threshold_;
   std::chrono::steady_clock::time_point start_;
   int exceptions_at_entry_ = 0;
+  std::uint32_t scope_ = 0;
+  nvtx_range nvtx_;
   bool finished_ = false;
   session_report report_;
 };
