@@ -18,9 +18,6 @@
 #include <utility>
 #include <vector>
 
-#if defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
-#  include <intrin.h>
-#endif
 
 namespace cuscope {
 
@@ -322,8 +319,6 @@ class recorder {
     // rate is measured against the steady clock when events are read.
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
     return static_cast<std::uint64_t>(__builtin_ia32_rdtsc());
-#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
-    return static_cast<std::uint64_t>(__rdtsc());
 #else
     return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                           std::chrono::steady_clock::now().time_since_epoch())
