@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cuscope/device_buffer.hpp>
 #include <cuscope/memory_pool.hpp>
+#include <cuscope/memory_resource.hpp>
 #include <cuscope/recorder.hpp>
 #include <cuscope/session.hpp>
 #include <cuscope/stream.hpp>
@@ -341,4 +342,29 @@ TEST_CASE("recorder: a recorder that outlives its pool still exports what it rec
     allocated = allocated || (e.kind == memory_event_kind::allocate && e.pool == handle);
   CHECK(allocated);
   CHECK(r.dropped() == 0);
+}
+
+TEST_CASE("recorder: memory of the cuda::mr adaptor is recorded when allocated and when freed",
+          "[recorder]") {
+  device_guard device;
+  recorder r(small(64));
+  memory_pool pool;
+  pool.set_recorder(&r);
+  cuscope::stream s;
+  cuscope::pool_resource mr(pool);
+  void* a = mr.allocate(s, 4096);
+  mr.deallocate(s, a, 4096);
+  void* b = mr.allocate_sync(8192);
+  mr.deallocate_sync(b, 8192);
+  s.synchronize();
+  std::vector<memory_event> ev;
+  for (const memory_event& e : r.events())
+    if (e.kind == memory_event_kind::allocate || e.kind == memory_event_kind::free) ev.push_back(e);
+  REQUIRE(ev.size() == 4);
+  CHECK(ev[1].kind == memory_event_kind::free);
+  CHECK(ev[1].ptr == a);
+  CHECK(ev[1].bytes == 4096);
+  CHECK(ev[3].kind == memory_event_kind::free);
+  CHECK(ev[3].ptr == b);
+  CHECK(ev[3].bytes == 8192);
 }

@@ -81,8 +81,9 @@ class pool_resource {
   void deallocate(stream_ref stream, void* ptr, std::size_t bytes,
                   std::size_t alignment = max_alignment) noexcept {
     (void)alignment;
-    (void)bytes;
     detail::free_async_nothrow(ptr, stream.get(), pool_.device());
+    if (recorder* r = pool_.attached_recorder(); r != nullptr && ptr != nullptr)
+      r->record_free(pool_.device(), pool_.get(), stream.get(), ptr, bytes);
   }
 
   /// @brief bytes from the pool, usable on any stream when it returns: allocated on the sync
@@ -98,6 +99,8 @@ class pool_resource {
       s.synchronize();
     } catch (...) {
       detail::free_async_nothrow(p, s.get(), pool_.device());
+      if (recorder* r = pool_.attached_recorder(); r != nullptr && p != nullptr)
+        r->record_free(pool_.device(), pool_.get(), s.get(), p, bytes);
       throw;
     }
     return p;
@@ -108,8 +111,9 @@ class pool_resource {
   void deallocate_sync(void* ptr, std::size_t bytes,
                        std::size_t alignment = max_alignment) noexcept {
     (void)alignment;
-    (void)bytes;
     detail::free_async_nothrow(ptr, sync_stream_, pool_.device());
+    if (recorder* r = pool_.attached_recorder(); r != nullptr && ptr != nullptr)
+      r->record_free(pool_.device(), pool_.get(), sync_stream_, ptr, bytes);
   }
 
   // CCCL 3.0 names ----------------------------------------------------------------------------

@@ -279,7 +279,7 @@ class session {
                                 pool_.device(), pool_.get());
       pool_ = pool_.with_recorder(r, scope_);
     }
-    nvtx_ = nvtx_range(options_.name.empty() ? std::string("cuscope session") : options_.name);
+    nvtx_ = nvtx_range(options_.name.empty() ? "cuscope session" : options_.name.c_str());
   }
 
   static session_options named(std::string name) {
