@@ -99,8 +99,9 @@ double run_batch(const setup& s, std::size_t a, std::size_t bytes, std::size_t i
         void* p = nullptr;
         CUSCOPE_BENCH_CHECK(cudaMalloc(&p, bytes));
         compute(p, bytes, i, i + 1 == iterations, &back, st);
-        CUSCOPE_BENCH_CHECK(cudaFree(p));
+        // cudaFree is not promised to wait for the work that uses the memory.
         CUSCOPE_BENCH_CHECK(cudaStreamSynchronize(st));
+        CUSCOPE_BENCH_CHECK(cudaFree(p));
       }
       break;
   }
