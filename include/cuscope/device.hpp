@@ -89,7 +89,8 @@ namespace detail {
 /// Whether CUDA resolves handle against the calling thread's current device: the legacy default
 /// stream (nullptr or cudaStreamLegacy) and the per-thread one.
 inline bool is_default_stream(cudaStream_t handle) noexcept {
-  return handle == nullptr || handle == cudaStreamLegacy || handle == cudaStreamPerThread;
+  return handle == nullptr || handle == legacy_stream_handle() ||
+         handle == per_thread_stream_handle();
 }
 
 /// While alive, a default stream handle names the default stream of device, the device of the

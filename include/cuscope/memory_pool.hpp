@@ -203,14 +203,11 @@ class pool_base {
   std::size_t get_u64(cudaMemPoolAttr attr) const {
     std::uint64_t value = 0;
     CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolGetAttribute(checked_handle(), attr, &value), describe());
-    return value > std::numeric_limits<std::size_t>::max() ? std::numeric_limits<std::size_t>::max()
-                                                           : static_cast<std::size_t>(value);
+    return value;
   }
 
   void set_u64(cudaMemPoolAttr attr, std::size_t bytes) const {
-    std::uint64_t value = bytes == std::numeric_limits<std::size_t>::max()
-                              ? std::numeric_limits<std::uint64_t>::max()
-                              : static_cast<std::uint64_t>(bytes);
+    std::uint64_t value = bytes;
     CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolSetAttribute(checked_handle(), attr, &value), describe());
   }
 
@@ -265,8 +262,8 @@ class pool_base {
     if (cudaMemPoolGetAttribute(d.handle_, cudaMemPoolAttrReservedMemCurrent, &reserved) ==
             cudaSuccess &&
         cudaMemPoolGetAttribute(d.handle_, cudaMemPoolAttrUsedMemCurrent, &used) == cudaSuccess) {
-      m += ", which holds " + format_bytes(static_cast<std::size_t>(reserved)) + " reserved (" +
-           format_bytes(static_cast<std::size_t>(used)) + " in use)";
+      m += ", which holds " + format_bytes(reserved) + " reserved (" + format_bytes(used) +
+           " in use)";
     }
     (void)cudaGetLastError();
     if (d.max_bytes_ != 0) {

@@ -18,7 +18,6 @@
 #include <utility>
 #include <vector>
 
-
 namespace cuscope {
 
 /// @brief What a memory_event records.
@@ -149,7 +148,7 @@ class recorder {
     const std::uint64_t end = recorded();
     const std::uint64_t begin = end > capacity() ? end - capacity() : 0;
     std::vector<memory_event> out;
-    out.reserve(static_cast<std::size_t>(end - begin));
+    out.reserve(end - begin);
     for (std::uint64_t i = begin; i < end; ++i) {
       memory_event e;
       if (read(i, e)) out.push_back(e);
@@ -302,8 +301,8 @@ class recorder {
       (void)cudaGetLastError();
       return;
     }
-    write(ticks(), memory_event_kind::sample, 0, device, pool, nullptr, nullptr,
-          static_cast<std::size_t>(used), static_cast<std::size_t>(reserved), free_bytes);
+    write(ticks(), memory_event_kind::sample, 0, device, pool, nullptr, nullptr, used, reserved,
+          free_bytes);
   }
 
  private:
@@ -327,7 +326,7 @@ class recorder {
   }
 
   static std::uint64_t bits(const void* p) noexcept {
-    return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
+    return reinterpret_cast<std::uintptr_t>(p);
   }
 
   // Converts ticks to nanoseconds with the rate measured between construction and now.
@@ -358,7 +357,7 @@ class recorder {
              cudaMemPool_t pool, cudaStream_t stream, const void* ptr, std::size_t bytes,
              std::size_t value, std::size_t device_free) noexcept {
     const std::uint64_t i = head_.fetch_add(1, std::memory_order_acq_rel);
-    slot& s = slots_[static_cast<std::size_t>(i & mask_)];
+    slot& s = slots_[i & mask_];
     // Claims the slot: a writer of an older event that a full ring overtook gives up; one of a
     // newer event waits for the slot's current writer.
     std::uint64_t seq = s.seq.load(std::memory_order_relaxed);
@@ -387,7 +386,7 @@ class recorder {
   }
 
   bool read(std::uint64_t i, memory_event& e) const noexcept {
-    const slot& s = slots_[static_cast<std::size_t>(i & mask_)];
+    const slot& s = slots_[i & mask_];
     const std::uint64_t before = s.seq.load(std::memory_order_acquire);
     if (before != 2 * i + 2) return false;
     std::uint64_t w[8];
@@ -400,12 +399,12 @@ class recorder {
     e.kind = static_cast<memory_event_kind>(w[1] & 0xff);
     e.scope = static_cast<std::uint32_t>((w[1] >> 8) & 0xffffffffu);
     e.device = static_cast<int>(static_cast<std::uint32_t>(w[1] >> 40));
-    e.pool = reinterpret_cast<cudaMemPool_t>(static_cast<std::uintptr_t>(w[2]));
-    e.stream = reinterpret_cast<cudaStream_t>(static_cast<std::uintptr_t>(w[3]));
-    e.ptr = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(w[4]));
-    e.bytes = static_cast<std::size_t>(w[5]);
-    e.value = static_cast<std::size_t>(w[6]);
-    e.device_free = static_cast<std::size_t>(w[7]);
+    e.pool = reinterpret_cast<cudaMemPool_t>(w[2]);
+    e.stream = reinterpret_cast<cudaStream_t>(w[3]);
+    e.ptr = reinterpret_cast<const void*>(w[4]);
+    e.bytes = w[5];
+    e.value = w[6];
+    e.device_free = w[7];
     return true;
   }
 

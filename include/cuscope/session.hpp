@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
-#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -301,9 +300,7 @@ class session {
   }
 
   void restore_threshold_nothrow() noexcept {
-    std::uint64_t value = *saved_threshold_ == std::numeric_limits<std::size_t>::max()
-                              ? std::numeric_limits<std::uint64_t>::max()
-                              : static_cast<std::uint64_t>(*saved_threshold_);
+    std::uint64_t value = *saved_threshold_;
     if (CUSCOPE_DETAIL_CLEANUP(
             cudaMemPoolSetAttribute(pool_.get(), cudaMemPoolAttrReleaseThreshold, &value),
             "cuscope::session", this))

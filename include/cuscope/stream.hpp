@@ -61,9 +61,11 @@ class stream_ref {
   }
 
   /// @brief The legacy default stream, which synchronizes with all blocking streams.
-  [[nodiscard]] static stream_ref legacy() noexcept { return {cudaStreamLegacy}; }
+  [[nodiscard]] static stream_ref legacy() noexcept { return {detail::legacy_stream_handle()}; }
   /// @brief The calling thread's per-thread default stream.
-  [[nodiscard]] static stream_ref per_thread() noexcept { return {cudaStreamPerThread}; }
+  [[nodiscard]] static stream_ref per_thread() noexcept {
+    return {detail::per_thread_stream_handle()};
+  }
 
   /// @brief The raw handle.
   [[nodiscard]] constexpr cudaStream_t get() const noexcept { return stream_; }
@@ -108,8 +110,8 @@ class stream_ref {
   [[nodiscard]] std::string describe() const {
     // A null handle is the legacy stream, or the per-thread one in code compiled for it.
     if (stream_ == nullptr) return "the default stream (a null handle)";
-    if (stream_ == cudaStreamLegacy) return "the legacy default stream";
-    if (stream_ == cudaStreamPerThread) return "the per-thread default stream";
+    if (stream_ == detail::legacy_stream_handle()) return "the legacy default stream";
+    if (stream_ == detail::per_thread_stream_handle()) return "the per-thread default stream";
     return "stream " + detail::format_pointer(static_cast<const void*>(stream_));
   }
 
@@ -158,7 +160,8 @@ class stream {
   /// @brief Takes ownership of handle, a stream created on device with the given flags.
   [[nodiscard]] static stream adopt(cudaStream_t handle, int device,
                                     unsigned flags = cudaStreamNonBlocking) {
-    if (handle == nullptr || handle == cudaStreamLegacy || handle == cudaStreamPerThread)
+    if (handle == nullptr || handle == detail::legacy_stream_handle() ||
+        handle == detail::per_thread_stream_handle())
       throw std::invalid_argument("cuscope::stream::adopt: a default stream cannot be owned");
     stream s(handle, device, flags);
     (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaStreamGetPriority(handle, &s.priority_));

@@ -8,6 +8,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+#include <cstdint>
+
 #if defined(__CUDACC__)
 #  define CUSCOPE_HOST_DEVICE __host__ __device__
 #else
@@ -33,3 +36,29 @@
 #else
 #  define CUSCOPE_HAS_STREAM_GET_DEVICE 0
 #endif
+
+// CUDA runs on 64-bit hosts only: sizes, 64-bit attributes and addresses convert without casts.
+static_assert(sizeof(std::size_t) == sizeof(std::uint64_t) &&
+                  sizeof(std::uintptr_t) == sizeof(std::uint64_t),
+              "cuscope needs a 64-bit host, as CUDA does");
+
+namespace cuscope::detail {
+
+// The legacy and the per-thread default stream. CUDA's headers define cudaStreamLegacy and
+// cudaStreamPerThread as C-style casts, which -Wold-style-cast reports wherever they are named
+// when CUDA's include directory is given with -I; they are named here only.
+#if defined(__GNUC__) || defined(__clang__)
+#  pragma GCC diagnostic push
+#  pragma GCC diagnostic ignored "-Wold-style-cast"
+#endif
+inline cudaStream_t legacy_stream_handle() noexcept {
+  return cudaStreamLegacy;
+}
+inline cudaStream_t per_thread_stream_handle() noexcept {
+  return cudaStreamPerThread;
+}
+#if defined(__GNUC__) || defined(__clang__)
+#  pragma GCC diagnostic pop
+#endif
+
+}  // namespace cuscope::detail
