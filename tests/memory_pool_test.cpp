@@ -179,6 +179,25 @@ TEST_CASE("memory_pool: max_bytes is a hard limit and the failure explains the p
   s.synchronize();
 }
 
+TEST_CASE("memory_pool: max_bytes() is the limit the driver enforces, at least the one asked",
+          "[memory_pool]") {
+  device_guard device;
+  pool_options o;
+  o.max_bytes = 8 * MiB;
+  memory_pool pool(o);
+  CHECK(pool.max_bytes() >= 8 * MiB);
+  cuscope::stream s;
+  if (cuscope::test::simulated) {
+    // The simulated driver rounds the limit up to its 32 MiB units and says so, as CUDA 13.2
+    // drivers do: 16 MiB fits, and the message names the limit in force.
+    CHECK(pool.max_bytes() == 32 * MiB);
+    void* p = pool.allocate(s, 16 * MiB);
+    CHECK_THROWS_WITH((void)pool.allocate(s, 20 * MiB), contains("limit of 32.00 MiB"));
+    pool.deallocate(s, p, 16 * MiB);
+  }
+  s.synchronize();
+}
+
 TEST_CASE("memory_pool: retry_after_trim recovers memory freed on another stream",
           "[memory_pool]") {
   device_guard device;

@@ -53,7 +53,9 @@ struct pool_options {
   /// back to the driver at every synchronization and reallocation slow; the default here keeps
   /// everything until trim_to() or a session trims it.
   std::size_t release_threshold_bytes = keep_all;
-  /// @brief Hard limit on reserved memory; 0 for none. Needs CUDA 12.2.
+  /// @brief Hard limit on reserved memory; 0 for none. Needs CUDA 12.2. The driver rounds it up
+  /// (to a multiple of 32 MiB on current GPUs); memory_pool::max_bytes() reports the rounded
+  /// limit where the driver tells it.
   std::size_t max_bytes = 0;
   /// @brief Memory reserved at construction (kept while it is within the release threshold).
   std::size_t initial_bytes = 0;
@@ -77,6 +79,21 @@ inline void free_async_nothrow(void* ptr, cudaStream_t stream, int device) noexc
   (void)CUSCOPE_DETAIL_CLEANUP(cudaFreeAsync(ptr, stream), "device memory of a pool", ptr);
 }
 
+/// The limit on pool's reserved memory that the driver enforces (cudaMemPoolAttrMaxPoolSize, which
+/// drivers of CUDA 13.2 and newer answer whatever the headers say), or asked where the driver does
+/// not answer. Drivers round maxSize up: CCCL's tests see a 1 MiB limit refuse only 33 MiB.
+inline std::size_t enforced_max_bytes(cudaMemPool_t pool, std::size_t asked) noexcept {
+  constexpr int max_pool_size = 0xD;  // cudaMemPoolAttrMaxPoolSize, named from CUDA 13.2 on
+  std::uint64_t limit = 0;
+  if (cudaMemPoolGetAttribute(pool, static_cast<cudaMemPoolAttr>(max_pool_size), &limit) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();  // an older driver: cudaErrorInvalidValue
+    return asked;
+  }
+  const std::size_t enforced = limit;
+  return enforced < asked ? asked : enforced;
+}
+
 /// What memory_pool and memory_pool_ref share: every query and operation on a pool handle.
 template <class Derived>
 class pool_base {
@@ -87,7 +104,9 @@ class pool_base {
   [[nodiscard]] recorder* attached_recorder() const noexcept { return self().recorder_; }
   /// @brief The session id its allocations are recorded under (0: none).
   [[nodiscard]] std::uint32_t recorded_scope() const noexcept { return self().scope_; }
-  /// @brief The hard limit on reserved memory; 0 when there is none or it is not known.
+  /// @brief The hard limit on reserved memory; 0 when there is none or it is not known. For a
+  /// memory_pool, the limit the driver enforces where it says so (CUDA 13.2 drivers and newer),
+  /// else the limit asked for.
   [[nodiscard]] std::size_t max_bytes() const noexcept { return self().max_bytes_; }
   /// @brief Whether a failed allocation is retried once after a synchronization and a trim.
   [[nodiscard]] bool retries_after_trim() const noexcept { return self().retry_; }
@@ -383,6 +402,7 @@ class memory_pool : public detail::pool_base<memory_pool> {
 #endif
     CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolCreate(&handle_, &props),
                            "new memory_pool on device " + std::to_string(device_));
+    if (max_bytes_ != 0) max_bytes_ = detail::enforced_max_bytes(handle_, max_bytes_);
     try {
       set_release_threshold(options.release_threshold_bytes);
       set_reuse(options.reuse);

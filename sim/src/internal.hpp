@@ -174,6 +174,9 @@ struct CUmemPoolHandle_st {
   bool destroyed = false;
   std::uint64_t created_by_call = 0;
   std::uint64_t release_threshold = 0;
+  std::size_t max_size = 0;  // as cudaMemPoolAttrMaxPoolSize reads it: rounded up, 0 for none
+  cudaMemAllocationHandleType handle_types = cudaMemHandleTypeNone;
+  bool hw_decompress = false;  // cudaMemPoolCreateUsageHwDecompress
   bool follow_event_dependencies = true;
   bool allow_internal_dependencies = true;
   std::map<int, cudaMemAccessFlags> peer_access;  // granted by cudaMemPoolSetAccess
@@ -387,6 +390,7 @@ cudaError_t pool_allocate(state& g, CUmemPoolHandle_st& pool, std::size_t bytes,
 cudaError_t pool_free(state& g, std::map<std::uintptr_t, device_allocation>::iterator allocation,
                       CUstream_st* s);
 void pool_release_if_destroyed(CUmemPoolHandle_st& pool);
+// max_size: as the props asked, 0 for none; the pool rounds it up to its granularity.
 CUmemPoolHandle_st* create_pool(state& g, int device, std::size_t max_size, bool is_default);
 void after_synchronize(state& g, int device);  // release thresholds
 

@@ -12,9 +12,33 @@
 
 namespace cuscope::sim::detail {
 
+// cudaMemPoolAttr by value: 0x1-0x8 since CUDA 11.2, 0x9-0xE in the 13.2 headers, 0xF in 13.4.
+namespace pool_attr {
+constexpr int follow_event_dependencies = 0x1;
+constexpr int allow_opportunistic = 0x2;
+constexpr int allow_internal_dependencies = 0x3;
+constexpr int release_threshold = 0x4;
+constexpr int reserved_current = 0x5;
+constexpr int reserved_high = 0x6;
+constexpr int used_current = 0x7;
+constexpr int used_high = 0x8;
+constexpr int allocation_type = 0x9;
+constexpr int export_handle_types = 0xA;
+constexpr int location_id = 0xB;
+constexpr int location_type = 0xC;
+constexpr int max_pool_size = 0xD;
+constexpr int hw_decompress_enabled = 0xE;
+constexpr int locality_domain_id = 0xF;
+}  // namespace pool_attr
+
 CUmemPoolHandle_st* create_pool(state& g, int device, std::size_t max_size, bool is_default) {
-  auto p =
-      std::make_unique<CUmemPoolHandle_st>(g, device, g.config.pool_granularity_bytes, max_size);
+  // The driver rounds maxSize up to its granularity: CCCL's tests see a 1 MiB pool refuse only a
+  // request of more than 32 MiB, and cudaMemPoolAttrMaxPoolSize "may be higher" than asked.
+  const std::size_t unit = g.config.pool_granularity_bytes;
+  const std::size_t most = std::numeric_limits<std::size_t>::max() / unit * unit;
+  const std::size_t limit = max_size > most ? most : round_up(max_size, unit);
+  auto p = std::make_unique<CUmemPoolHandle_st>(g, device, unit, limit);
+  p->max_size = limit;
   p->is_default = is_default;
   p->created_by_call = g.calls;
   CUmemPoolHandle_st* raw = p.get();
@@ -25,7 +49,11 @@ CUmemPoolHandle_st* create_pool(state& g, int device, std::size_t max_size, bool
 
 cudaError_t pool_allocate(state& g, CUmemPoolHandle_st& pool, std::size_t bytes, CUstream_st& s,
                           const char* api, void** out) {
-  if (bytes == 0) return cudaErrorInvalidValue;
+  if (bytes == 0) {
+    // Succeeds, allocating nothing (alpaka#1868 saw *ptr left as it was with CUDA 11.2).
+    if (!g.config.zero_byte_async_keeps_pointer) *out = nullptr;
+    return cudaSuccess;
+  }
   if (bytes > std::numeric_limits<std::size_t>::max() - allocation_alignment)
     return cudaErrorMemoryAllocation;
   const std::size_t need = round_up(bytes, allocation_alignment);
@@ -102,23 +130,36 @@ void after_synchronize(state& g, int device) {
 
 namespace api {
 
+namespace {
+
+// A failed allocation leaves nullptr in *ptr (CCCL's memory_pools.cu checks it on a GPU).
+cudaError_t null_on_failure(void** ptr, cudaError_t e) {
+  if (e != cudaSuccess && ptr != nullptr) *ptr = nullptr;
+  return e;
+}
+
+}  // namespace
+
 cudaError_t malloc_async(void** ptr, std::size_t bytes, cudaStream_t stream, bool ptds) {
   return call("cudaMallocAsync", [&](state& g) -> cudaError_t {
     if (ptr == nullptr) return cudaErrorInvalidValue;
     CUstream_st* s = nullptr;
-    if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
+    if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess)
+      return null_on_failure(ptr, e);
     CUmemPoolHandle_st* pool = g.devices[static_cast<std::size_t>(s->device)].current_pool;
-    return pool_allocate(g, *pool, bytes, *s, "cudaMallocAsync", ptr);
+    return null_on_failure(ptr, pool_allocate(g, *pool, bytes, *s, "cudaMallocAsync", ptr));
   });
 }
 
 cudaError_t malloc_from_pool_async(void** ptr, std::size_t bytes, cudaMemPool_t pool,
                                    cudaStream_t stream, bool ptds) {
   return call("cudaMallocFromPoolAsync", [&](state& g) -> cudaError_t {
-    if (ptr == nullptr || !valid_pool(g, pool)) return cudaErrorInvalidValue;
+    if (ptr == nullptr) return cudaErrorInvalidValue;
+    if (!valid_pool(g, pool)) return null_on_failure(ptr, cudaErrorInvalidValue);
     CUstream_st* s = nullptr;
-    if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
-    return pool_allocate(g, *pool, bytes, *s, "cudaMallocFromPoolAsync", ptr);
+    if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess)
+      return null_on_failure(ptr, e);
+    return null_on_failure(ptr, pool_allocate(g, *pool, bytes, *s, "cudaMallocFromPoolAsync", ptr));
   });
 }
 
@@ -174,6 +215,10 @@ cudaError_t CUDARTAPI cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolPr
     max_size = props->maxSize;
 #endif
     *pool = create_pool(g, props->location.id, max_size, false);
+    (*pool)->handle_types = props->handleTypes;
+#if defined(cudaMemPoolCreateUsageHwDecompress)
+    (*pool)->hw_decompress = (props->usage & cudaMemPoolCreateUsageHwDecompress) != 0;
+#endif
     return cudaSuccess;
   });
 }
@@ -194,28 +239,31 @@ cudaError_t CUDARTAPI cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAtt
                                               void* value) {
   return call("cudaMemPoolSetAttribute", [&](state& g) -> cudaError_t {
     if (!valid_pool(g, pool) || value == nullptr) return cudaErrorInvalidValue;
-    switch (attr) {
-      case cudaMemPoolReuseFollowEventDependencies:
+    // By number, so that the attributes of newer headers than these are known too.
+    switch (static_cast<int>(attr)) {
+      case pool_attr::follow_event_dependencies:
         pool->follow_event_dependencies = *static_cast<int*>(value) != 0;
         return cudaSuccess;
-      case cudaMemPoolReuseAllowOpportunistic:
+      case pool_attr::allow_opportunistic:
         pool->allocator.set_opportunistic(*static_cast<int*>(value) != 0);
         return cudaSuccess;
-      case cudaMemPoolReuseAllowInternalDependencies:
+      case pool_attr::allow_internal_dependencies:
         pool->allow_internal_dependencies = *static_cast<int*>(value) != 0;
         return cudaSuccess;
-      case cudaMemPoolAttrReleaseThreshold:
+      case pool_attr::release_threshold:
         pool->release_threshold = *static_cast<std::uint64_t*>(value);
         return cudaSuccess;
-      case cudaMemPoolAttrReservedMemHigh:
+      case pool_attr::reserved_high:
+        // "It is illegal to set this attribute to a non-zero value."
         if (*static_cast<std::uint64_t*>(value) != 0) return cudaErrorInvalidValue;
         pool->allocator.reset_reserved_high();
         return cudaSuccess;
-      case cudaMemPoolAttrUsedMemHigh:
+      case pool_attr::used_high:
         if (*static_cast<std::uint64_t*>(value) != 0) return cudaErrorInvalidValue;
         pool->allocator.reset_used_high();
         return cudaSuccess;
       default:
+        // The current values and every attribute of CUDA 13.2 and newer are read-only.
         return cudaErrorInvalidValue;
     }
   });
@@ -229,27 +277,44 @@ cudaError_t CUDARTAPI cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAtt
       *static_cast<std::uint64_t*>(value) = v;
       return cudaSuccess;
     };
-    const auto flag = [&](bool v) {
-      *static_cast<int*>(value) = v ? 1 : 0;
+    const auto integer = [&](int v) {
+      *static_cast<int*>(value) = v;
       return cudaSuccess;
     };
-    switch (attr) {
-      case cudaMemPoolReuseFollowEventDependencies:
-        return flag(pool->follow_event_dependencies);
-      case cudaMemPoolReuseAllowOpportunistic:
-        return flag(pool->allocator.opportunistic());
-      case cudaMemPoolReuseAllowInternalDependencies:
-        return flag(pool->allow_internal_dependencies);
-      case cudaMemPoolAttrReleaseThreshold:
+    switch (static_cast<int>(attr)) {
+      case pool_attr::follow_event_dependencies:
+        return integer(pool->follow_event_dependencies ? 1 : 0);
+      case pool_attr::allow_opportunistic:
+        return integer(pool->allocator.opportunistic() ? 1 : 0);
+      case pool_attr::allow_internal_dependencies:
+        return integer(pool->allow_internal_dependencies ? 1 : 0);
+      case pool_attr::release_threshold:
         return u64(pool->release_threshold);
-      case cudaMemPoolAttrReservedMemCurrent:
+      case pool_attr::reserved_current:
         return u64(pool->allocator.reserved());
-      case cudaMemPoolAttrReservedMemHigh:
+      case pool_attr::reserved_high:
         return u64(pool->allocator.reserved_high());
-      case cudaMemPoolAttrUsedMemCurrent:
+      case pool_attr::used_current:
         return u64(pool->allocator.used());
-      case cudaMemPoolAttrUsedMemHigh:
+      case pool_attr::used_high:
         return u64(pool->allocator.used_high());
+      case pool_attr::allocation_type:
+        *static_cast<cudaMemAllocationType*>(value) = cudaMemAllocationTypePinned;
+        return cudaSuccess;
+      case pool_attr::export_handle_types:
+        *static_cast<cudaMemAllocationHandleType*>(value) = pool->handle_types;
+        return cudaSuccess;
+      case pool_attr::location_id:
+        return integer(pool->device);
+      case pool_attr::location_type:
+        *static_cast<cudaMemLocationType*>(value) = cudaMemLocationTypeDevice;
+        return cudaSuccess;
+      case pool_attr::max_pool_size:
+        return u64(pool->max_size);
+      case pool_attr::hw_decompress_enabled:
+        return integer(pool->hw_decompress ? 1 : 0);
+      case pool_attr::locality_domain_id:
+        return integer(-1);  // "not localized to a locality domain"
       default:
         return cudaErrorInvalidValue;
     }

@@ -198,15 +198,15 @@ TEST_CASE("sim: a pool keeps memory that a free still to run refers to, even aft
   cudaStream_t a = make_stream();
   cudaStream_t b = make_stream();
   void* p = nullptr;
-  REQUIRE(cudaMallocFromPoolAsync(&p, 2 * MiB, pool, a) == cudaSuccess);  // a whole chunk
+  REQUIRE(cudaMallocFromPoolAsync(&p, 32 * MiB, pool, a) == cudaSuccess);  // a whole unit
   REQUIRE(cudaFreeAsync(p, a) == cudaSuccess);
   void* q = nullptr;
-  REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, a) == cudaSuccess);
+  REQUIRE(cudaMallocFromPoolAsync(&q, 32 * MiB, pool, a) == cudaSuccess);
   REQUIRE(q == p);
   // Freed again on b, which does not wait for a: the first free is still queued on a.
   REQUIRE(cudaFreeAsync(q, b) == cudaSuccess);
   REQUIRE(cudaStreamSynchronize(b) == cudaSuccess);
-  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 2 * MiB);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 32 * MiB);
   REQUIRE(cudaStreamSynchronize(a) == cudaSuccess);
   CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 0);
   REQUIRE(cudaStreamDestroy(a) == cudaSuccess);
@@ -214,23 +214,100 @@ TEST_CASE("sim: a pool keeps memory that a free still to run refers to, even aft
   REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
 }
 
-TEST_CASE("sim: pools reserve memory in chunks of the granularity", "[sim]") {
-  device_guard device({1, std::size_t{4} << 30, std::size_t{256} << 20, 2 * MiB});
+TEST_CASE("sim: pools reserve memory in units of the granularity, 32 MiB by default", "[sim]") {
+  device_guard device({1, std::size_t{4} << 30, std::size_t{256} << 20,
+                       cuscope::sim::device_config{}.pool_granularity_bytes});
+  CHECK(cuscope::sim::config().pool_granularity_bytes == 32 * MiB);
   cudaMemPool_t pool = make_pool();
   cudaStream_t s = make_stream();
   const std::size_t before = free_bytes();
   void* p = nullptr;
   REQUIRE(cudaMallocFromPoolAsync(&p, 1000, pool, s) == cudaSuccess);
-  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 2 * MiB);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 32 * MiB);
   CHECK(pool_attr(pool, cudaMemPoolAttrUsedMemCurrent) == 1024);
-  CHECK(before - free_bytes() == 2 * MiB);
+  CHECK(before - free_bytes() == 32 * MiB);
+  // Small requests are carved from the reserve without growth.
   void* q = nullptr;
   REQUIRE(cudaMallocFromPoolAsync(&q, 3 * MiB, pool, s) == cudaSuccess);
-  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 6 * MiB);
-  REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
-  REQUIRE(cudaFreeAsync(q, s) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 32 * MiB);
+  // A request that does not fit grows the pool by whole units.
+  void* r = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&r, 48 * MiB, pool, s) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 96 * MiB);
+  for (void* x : {p, q, r})
+    REQUIRE(cudaFreeAsync(x, s) == cudaSuccess);
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
   REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+TEST_CASE("sim: the pool attributes of CUDA 13.2 and 13.4 describe the pool and are read-only",
+          "[sim]") {
+  device_guard device({2});
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = 1;
+  props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+  props.maxSize = 40 * MiB;
+  cudaMemPool_t pool = nullptr;
+  REQUIRE(cudaMemPoolCreate(&pool, &props) == cudaSuccess);
+  // By number: the enumerators exist only in the headers of CUDA 13.2 and newer.
+  const auto attr = [](int n) { return static_cast<cudaMemPoolAttr>(n); };
+  cudaMemAllocationType type{};
+  REQUIRE(cudaMemPoolGetAttribute(pool, attr(0x9), &type) == cudaSuccess);
+  CHECK(type == cudaMemAllocationTypePinned);
+  cudaMemAllocationHandleType handles{};
+  REQUIRE(cudaMemPoolGetAttribute(pool, attr(0xA), &handles) == cudaSuccess);
+  CHECK(handles == cudaMemHandleTypePosixFileDescriptor);
+  int id = -5;
+  REQUIRE(cudaMemPoolGetAttribute(pool, attr(0xB), &id) == cudaSuccess);
+  CHECK(id == 1);
+  cudaMemLocationType where{};
+  REQUIRE(cudaMemPoolGetAttribute(pool, attr(0xC), &where) == cudaSuccess);
+  CHECK(where == cudaMemLocationTypeDevice);
+  CHECK(pool_attr(pool, attr(0xD)) == 64 * MiB);  // rounded up to whole 32 MiB units
+  int flag = -5;
+  REQUIRE(cudaMemPoolGetAttribute(pool, attr(0xE), &flag) == cudaSuccess);
+  CHECK(flag == 0);
+  REQUIRE(cudaMemPoolGetAttribute(pool, attr(0xF), &flag) == cudaSuccess);
+  CHECK(flag == -1);
+  cudaMemPool_t fallback = nullptr;
+  REQUIRE(cudaDeviceGetDefaultMemPool(&fallback, 0) == cudaSuccess);
+  CHECK(pool_attr(fallback, attr(0xD)) == 0);  // no maximum
+  std::uint64_t value = 0;
+  for (int n = 0x5; n <= 0xF; ++n) {
+    if (n == 0x6 || n == 0x8) continue;  // the watermarks reset to zero
+    INFO("attribute " << n);
+    CHECK(cudaMemPoolSetAttribute(pool, attr(n), &value) == cudaErrorInvalidValue);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+  }
+  CHECK(cudaMemPoolGetAttribute(pool, attr(0), &value) == cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+TEST_CASE("sim: cudaMallocAsync of 0 bytes keeps the pointer as it was, or writes nullptr",
+          "[sim]") {
+  int marker = 0;
+  void* const before = &marker;
+  for (const bool keeps : {true, false}) {
+    cuscope::sim::device_config c;
+    c.zero_byte_async_keeps_pointer = keeps;
+    cuscope::sim::reset(c);
+    cudaMemPool_t pool = make_pool();
+    cudaStream_t s = make_stream();
+    void* p = before;
+    REQUIRE(cudaMallocAsync(&p, 0, s) == cudaSuccess);
+    CHECK(p == (keeps ? before : nullptr));
+    p = before;
+    REQUIRE(cudaMallocFromPoolAsync(&p, 0, pool, s) == cudaSuccess);
+    CHECK(p == (keeps ? before : nullptr));
+    CHECK(cuscope::sim::outstanding_allocations() == 0);
+    CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 0);
+    REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+    REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+  }
+  cuscope::sim::reset();
 }
 
 #endif
@@ -254,6 +331,41 @@ TEST_CASE("sim: a pool never grows beyond its maxSize", "[sim]") {
   REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
 }
 #endif
+
+#if CUDART_VERSION >= 12020
+TEST_CASE("sim: maxSize is rounded up, and a refused allocation leaves nullptr in the pointer",
+          "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = make_pool(0, MiB);
+  cudaStream_t s = make_stream();
+  void* small = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&small, 42, pool, s) == cudaSuccess);
+  void* again = nullptr;  // a 1 MiB limit held exactly would refuse this one
+  REQUIRE(cudaMallocFromPoolAsync(&again, MiB, pool, s) == cudaSuccess);
+  void* big = small;
+  CHECK(cudaMallocFromPoolAsync(&big, 33 * MiB, pool, s) == cudaErrorMemoryAllocation);
+  CHECK(big == nullptr);
+  CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+#  if CUDART_VERSION >= 13020
+  CHECK(pool_attr(pool, cudaMemPoolAttrMaxPoolSize) >= MiB);
+#  endif
+  REQUIRE(cudaFreeAsync(small, s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(again, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+#endif
+
+TEST_CASE("sim: cudaMallocAsync of 0 bytes succeeds, and cudaFreeAsync of nullptr too", "[sim]") {
+  device_guard device;
+  cudaStream_t s = make_stream();
+  void* p = nullptr;
+  CHECK(cudaMallocAsync(&p, 0, s) == cudaSuccess);
+  CHECK(cudaFreeAsync(nullptr, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
 
 TEST_CASE("sim: destroying a pool with live allocations releases its memory after the last free",
           "[sim]") {
@@ -338,20 +450,20 @@ TEST_CASE("sim: memory freed on one stream is reused on another only in stream o
   trace t;  // outlives every host function enqueued below
   // One allocation fills a whole chunk, so any reuse must be of the freed block.
   void* p = nullptr;
-  REQUIRE(cudaMallocFromPoolAsync(&p, 2 * MiB, pool, a) == cudaSuccess);
+  REQUIRE(cudaMallocFromPoolAsync(&p, 32 * MiB, pool, a) == cudaSuccess);
   REQUIRE(cudaFreeAsync(p, a) == cudaSuccess);
 
   SECTION("the same stream reuses a free that has not run") {
     void* q = nullptr;
-    REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, a) == cudaSuccess);
+    REQUIRE(cudaMallocFromPoolAsync(&q, 32 * MiB, pool, a) == cudaSuccess);
     CHECK(q == p);
     REQUIRE(cudaFreeAsync(q, a) == cudaSuccess);
   }
   SECTION("another stream gets new memory rather than wait for the free") {
     void* q = nullptr;
-    REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, b) == cudaSuccess);
+    REQUIRE(cudaMallocFromPoolAsync(&q, 32 * MiB, pool, b) == cudaSuccess);
     CHECK(q != p);
-    CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 4 * MiB);
+    CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 64 * MiB);
     REQUIRE(cudaFreeAsync(q, b) == cudaSuccess);
   }
   SECTION("another stream reuses it by waiting for the free when the device is full") {
@@ -359,7 +471,7 @@ TEST_CASE("sim: memory freed on one stream is reused on another only in stream o
     REQUIRE(cudaMalloc(&hog, free_bytes()) == cudaSuccess);
     t.add(a, 1);  // runs after the free on a
     void* q = nullptr;
-    REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, b) == cudaSuccess);
+    REQUIRE(cudaMallocFromPoolAsync(&q, 32 * MiB, pool, b) == cudaSuccess);
     CHECK(q == p);
     t.add(b, 2);
     REQUIRE(cudaStreamSynchronize(b) == cudaSuccess);
@@ -372,7 +484,7 @@ TEST_CASE("sim: memory freed on one stream is reused on another only in stream o
     REQUIRE(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no) ==
             cudaSuccess);
     void* q = nullptr;
-    REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, b) == cudaSuccess);
+    REQUIRE(cudaMallocFromPoolAsync(&q, 32 * MiB, pool, b) == cudaSuccess);
     CHECK(q != p);
     REQUIRE(cudaFreeAsync(q, b) == cudaSuccess);
   }
@@ -385,7 +497,7 @@ TEST_CASE("sim: memory freed on one stream is reused on another only in stream o
     REQUIRE(cudaEventRecord(e, a) == cudaSuccess);
     REQUIRE(cudaStreamWaitEvent(b, e, 0) == cudaSuccess);
     void* q = nullptr;
-    REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, b) == cudaSuccess);
+    REQUIRE(cudaMallocFromPoolAsync(&q, 32 * MiB, pool, b) == cudaSuccess);
     CHECK(q == p);
     REQUIRE(cudaFreeAsync(q, b) == cudaSuccess);
     REQUIRE(cudaEventDestroy(e) == cudaSuccess);
@@ -396,7 +508,7 @@ TEST_CASE("sim: memory freed on one stream is reused on another only in stream o
     REQUIRE(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no) ==
             cudaSuccess);
     void* q = nullptr;
-    REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, b) == cudaSuccess);
+    REQUIRE(cudaMallocFromPoolAsync(&q, 32 * MiB, pool, b) == cudaSuccess);
     CHECK(q == p);
     REQUIRE(cudaFreeAsync(q, b) == cudaSuccess);
   }
@@ -413,11 +525,11 @@ TEST_CASE("sim: memory freed on one stream is reused on another only in stream o
     REQUIRE(cudaStreamWaitEvent(b, e, 0) == cudaSuccess);
     cudaStream_t c = make_stream();
     void* q = nullptr;
-    REQUIRE(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, c) == cudaSuccess);
+    REQUIRE(cudaMallocFromPoolAsync(&q, 32 * MiB, pool, c) == cudaSuccess);
     CHECK(q != p);  // the free has not been seen to complete
     REQUIRE(cudaStreamSynchronize(b) == cudaSuccess);
     void* r = nullptr;
-    REQUIRE(cudaMallocFromPoolAsync(&r, 2 * MiB, pool, c) == cudaSuccess);
+    REQUIRE(cudaMallocFromPoolAsync(&r, 32 * MiB, pool, c) == cudaSuccess);
     CHECK(r == p);
     REQUIRE(cudaFreeAsync(q, c) == cudaSuccess);
     REQUIRE(cudaFreeAsync(r, c) == cudaSuccess);

@@ -28,7 +28,7 @@ struct device_setup {
   int device_count = 1;
   std::size_t total_bytes = std::size_t{4} << 30;
   std::size_t context_bytes = std::size_t{256} << 20;
-  std::size_t pool_granularity_bytes = std::size_t{2} << 20;
+  std::size_t pool_granularity_bytes = std::size_t{32} << 20;  // the simulation's default
   bool eager = false;
 };
 

@@ -25,11 +25,13 @@ enum class execution {
 
 /// @brief The simulated devices of a fresh simulated process.
 struct device_config {
-  int device_count = 1;                                       ///< Number of devices.
-  std::size_t total_bytes = std::size_t{16} << 30;            ///< Memory of each device.
-  std::size_t context_bytes = std::size_t{300} << 20;         ///< Memory the context itself holds.
-  std::size_t pool_granularity_bytes = std::size_t{2} << 20;  ///< Pools reserve in these chunks.
-  execution mode = execution::deferred;                       ///< When enqueued work runs.
+  int device_count = 1;                                ///< Number of devices.
+  std::size_t total_bytes = std::size_t{16} << 30;     ///< Memory of each device.
+  std::size_t context_bytes = std::size_t{300} << 20;  ///< Memory the context itself holds.
+  /// Pools reserve and release memory in units of this, and round maxSize up to it (32 MiB, as
+  /// drivers were seen to do).
+  std::size_t pool_granularity_bytes = std::size_t{32} << 20;
+  execution mode = execution::deferred;  ///< When enqueued work runs.
   /// @brief Whether the devices answer NVML queries (what nvidia-smi shows); without it, cuscope
   /// reports NVML as unavailable.
   bool nvml = true;
@@ -43,6 +45,9 @@ struct device_config {
   std::chrono::milliseconds host_function_timeout{10000};
   /// cudaMallocPitch rounds each row up to a multiple of this (a power of two).
   std::size_t pitch_alignment_bytes = 512;
+  /// cudaMallocAsync and cudaMallocFromPoolAsync of 0 bytes succeed and leave *ptr as it was, as
+  /// CUDA 11.2 was seen to do. Off: they write nullptr.
+  bool zero_byte_async_keeps_pointer = true;
 };
 
 /// @brief Starts a fresh simulated process: runs all pending work, then forgets every device,
