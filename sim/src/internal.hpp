@@ -122,6 +122,9 @@ class device_backing final : public pool_backing {
  public:
   device_backing(state& g, int device) noexcept : g_(&g), device_(device) {}
   bool map(std::size_t bytes, mapped_memory& out) override;
+  [[nodiscard]] bool can_map(std::size_t bytes) const noexcept override;
+  void release_part(const mapped_memory& memory, std::size_t offset,
+                    std::size_t bytes) noexcept override;
   void unmap(const mapped_memory& memory) noexcept override;
 
  private:
@@ -343,6 +346,11 @@ std::size_t device_free_bytes(const state& g, const device_state& d);
 bool reserve_region(device_state& d, std::size_t bytes, region& out);
 // Gives back the region that starts at va.
 void release_region(state& g, int device, std::uintptr_t va);
+// Gives back the memory of [va, va + bytes), which lies inside one region, and keeps its
+// addresses reserved: the region is split around it.
+void release_region_part(state& g, int device, std::uintptr_t va, std::size_t bytes);
+// Gives back every region inside [va, va + bytes) and the addresses of the whole range.
+void release_region_range(state& g, int device, std::uintptr_t va, std::size_t bytes);
 std::byte* translate(state& g, std::uintptr_t device_address, std::size_t bytes);
 void poison(std::byte* p, std::size_t bytes);
 const device_allocation* find_allocation_containing(const state& g, std::uintptr_t p,

@@ -50,14 +50,11 @@ bool reserve_region(device_state& d, std::size_t bytes, region& out) {
   return true;
 }
 
-void release_region(state& g, int device, std::uintptr_t va) {
-  device_state& d = g.devices[static_cast<std::size_t>(device)];
-  const auto r = d.regions.find(va);
-  if (r == d.regions.end()) return;
-  munmap(r->second.host, r->second.size);
-  std::size_t offset = va - d.va_base;
-  std::size_t size = r->second.size;
-  d.regions.erase(r);
+namespace {
+
+// Returns [offset, offset + size) of a device's address space to its free ranges, merged with
+// its neighbours.
+void free_address_range(device_state& d, std::size_t offset, std::size_t size) {
   auto next = d.free_ranges.lower_bound(offset);
   if (next != d.free_ranges.end() && next->first == offset + size) {
     size += next->second;
@@ -74,6 +71,42 @@ void release_region(state& g, int device, std::uintptr_t va) {
   d.free_ranges.emplace(offset, size);
 }
 
+}  // namespace
+
+void release_region(state& g, int device, std::uintptr_t va) {
+  device_state& d = g.devices[static_cast<std::size_t>(device)];
+  const auto r = d.regions.find(va);
+  if (r == d.regions.end()) return;
+  munmap(r->second.host, r->second.size);
+  const std::size_t size = r->second.size;
+  d.regions.erase(r);
+  free_address_range(d, va - d.va_base, size);
+}
+
+void release_region_part(state& g, int device, std::uintptr_t va, std::size_t bytes) {
+  device_state& d = g.devices[static_cast<std::size_t>(device)];
+  auto it = d.regions.upper_bound(va);
+  if (it == d.regions.begin()) return;
+  --it;
+  const region whole = it->second;
+  if (va + bytes > whole.va + whole.size) return;
+  munmap(whole.host + (va - whole.va), bytes);
+  d.regions.erase(it);
+  if (va > whole.va) d.regions.emplace(whole.va, region{whole.va, va - whole.va, whole.host});
+  const std::uintptr_t end = va + bytes;
+  if (end < whole.va + whole.size)
+    d.regions.emplace(end, region{end, whole.va + whole.size - end, whole.host + (end - whole.va)});
+}
+
+void release_region_range(state& g, int device, std::uintptr_t va, std::size_t bytes) {
+  device_state& d = g.devices[static_cast<std::size_t>(device)];
+  for (auto it = d.regions.lower_bound(va); it != d.regions.end() && it->first < va + bytes;) {
+    munmap(it->second.host, it->second.size);
+    it = d.regions.erase(it);
+  }
+  free_address_range(d, va - d.va_base, bytes);
+}
+
 bool device_backing::map(std::size_t bytes, mapped_memory& out) {
   device_state& d = g_->devices[static_cast<std::size_t>(device_)];
   if (device_free_bytes(*g_, d) < bytes) return false;
@@ -83,8 +116,17 @@ bool device_backing::map(std::size_t bytes, mapped_memory& out) {
   return true;
 }
 
+bool device_backing::can_map(std::size_t bytes) const noexcept {
+  return device_free_bytes(*g_, g_->devices[static_cast<std::size_t>(device_)]) >= bytes;
+}
+
+void device_backing::release_part(const mapped_memory& memory, std::size_t offset,
+                                  std::size_t bytes) noexcept {
+  release_region_part(*g_, device_, memory.va + offset, bytes);
+}
+
 void device_backing::unmap(const mapped_memory& memory) noexcept {
-  release_region(*g_, device_, memory.va);
+  release_region_range(*g_, device_, memory.va, memory.size);
 }
 
 std::byte* translate(state& g, std::uintptr_t address, std::size_t bytes) {

@@ -46,7 +46,7 @@ pool_allocator::free_entry pool_allocator::index_key(const pool_chunk& c,
 bool pool_allocator::mergeable(const pool_segment& a, const pool_segment& b) const noexcept {
   const bool same_free = a.freed_by == b.freed_by;
   const bool both_done = !a.free_pending && !b.free_pending;
-  return !a.used && !b.used &&
+  return !a.used && !b.used && !a.hole && !b.hole &&
          ((both_done && (allow_opportunistic_ || same_free)) ||
           (a.free_pending && b.free_pending && same_free));
 }
@@ -109,6 +109,82 @@ pool_chunk* pool_allocator::grow(std::size_t need) {
   return raw;
 }
 
+// Whether the unit at offset of chunk c is wholly free, in segments whose frees have run and,
+// given rank, that an allocation may reuse as they are. The caller checks that no free of the
+// chunk is still to run: such a free still writes to its memory when it runs.
+bool pool_allocator::unit_free(const pool_chunk& c, std::size_t offset, reuse_fn* rank) const {
+  auto it = std::prev(c.segments.upper_bound(offset));
+  for (; it != c.segments.end() && it->first < offset + granularity_; ++it) {
+    const pool_segment& seg = it->second;
+    if (seg.used || seg.hole || seg.free_pending) return false;
+    if (rank != nullptr && (*rank)(seg.freed_by, false) != reuse_rank::now) return false;
+  }
+  return true;
+}
+
+// Gives back the memory of the free unit at offset of chunks_[index]: the unit becomes a hole
+// in the chunk, the free segments around it are cut at its edges, and a chunk left with nothing
+// but holes is released whole.
+void pool_allocator::release_unit(std::size_t index, std::size_t offset) {
+  pool_chunk& c = *chunks_[index];
+  const std::size_t end = offset + granularity_;
+  auto first = std::prev(c.segments.upper_bound(offset));
+  auto last = first;
+  while (last != c.segments.end() && last->first < end) {
+    free_segments_.erase(index_key(c, last));
+    ++last;
+  }
+  const std::size_t left_offset = first->first;
+  const pool_segment left = first->second;
+  const auto before_last = std::prev(last);
+  const std::size_t right_end = before_last->first + before_last->second.size;
+  const pool_segment right = before_last->second;
+  c.segments.erase(first, last);
+  if (left_offset < offset) {
+    pool_segment piece = left;
+    piece.size = offset - left_offset;
+    index_insert(c, c.segments.emplace(left_offset, piece).first);
+  }
+  if (right_end > end) {
+    pool_segment piece = right;
+    piece.size = right_end - end;
+    index_insert(c, c.segments.emplace(end, piece).first);
+  }
+  auto hole =
+      c.segments.emplace(offset, pool_segment{granularity_, false, false, free_tag{}, true}).first;
+  // Neighbouring holes become one.
+  if (auto next = std::next(hole); next != c.segments.end() && next->second.hole) {
+    hole->second.size += next->second.size;
+    c.segments.erase(next);
+  }
+  if (hole != c.segments.begin()) {
+    if (auto prev = std::prev(hole); prev->second.hole) {
+      prev->second.size += hole->second.size;
+      c.segments.erase(hole);
+    }
+  }
+  c.hole_bytes += granularity_;
+  reserved_ -= granularity_;
+  backing_.release_part(c.mem, offset, granularity_);
+  if (c.hole_bytes == c.mem.size) release_chunk(index);
+}
+
+// Gives back up to units free units that rank lets an allocation reuse as they are, the oldest
+// chunks and lowest offsets first.
+void pool_allocator::remap_units(std::size_t units, reuse_fn rank) {
+  std::vector<std::pair<const pool_chunk*, std::size_t>> found;
+  for (const auto& c : chunks_) {
+    if (c->pending_frees != 0) continue;
+    for (std::size_t off = 0; off < c->mem.size && found.size() < units; off += granularity_)
+      if (unit_free(*c, off, &rank)) found.emplace_back(c.get(), off);
+  }
+  for (const auto& [chunk, offset] : found) {
+    const auto at = std::find_if(chunks_.begin(), chunks_.end(),
+                                 [chunk = chunk](const auto& c) { return c.get() == chunk; });
+    release_unit(static_cast<std::size_t>(at - chunks_.begin()), offset);
+  }
+}
+
 bool pool_allocator::allocate(std::size_t need, reuse_fn rank, result& out) {
   // Best fit: the lowest reuse rank, then the smallest segment, then the oldest chunk and the
   // lowest offset. The index is in the order of the last three, so the first segment usable now
@@ -131,9 +207,24 @@ bool pool_allocator::allocate(std::size_t need, reuse_fn rank, result& out) {
   }
   pool_chunk* best_chunk = nullptr;
   segment_map::iterator where;
-  // Memory that is free now comes first, then more memory from the device; memory whose reuse
+  // Memory that is free now comes first, then a new chunk: as much of it as free units of the
+  // pool allow is their memory remapped, the rest new memory from the device; memory whose reuse
   // makes the allocation wait for a free on another stream is the last resort.
-  if (best_rank != reuse_rank::now) {
+  if (best_rank != reuse_rank::now &&
+      need <= std::numeric_limits<std::size_t>::max() - granularity_) {
+    const std::size_t chunk_bytes = round_up_to(need, granularity_);
+    const std::size_t units = chunk_bytes / granularity_;
+    // Count first: free units are only remapped when the new chunk can then be made.
+    std::size_t free_units = 0;
+    for (const auto& c : chunks_) {
+      if (c->pending_frees != 0) continue;
+      for (std::size_t off = 0; off < c->mem.size && free_units < units; off += granularity_)
+        if (unit_free(*c, off, &rank)) ++free_units;
+    }
+    const std::size_t remapped = free_units * granularity_;
+    const bool fits_limit = max_size_ == 0 || reserved_ - remapped + chunk_bytes <= max_size_;
+    if (free_units > 0 && fits_limit && backing_.can_map(chunk_bytes - remapped))
+      remap_units(free_units, rank);
     best_chunk = grow(need);
     if (best_chunk != nullptr) {
       where = best_chunk->segments.begin();
@@ -226,38 +317,48 @@ void pool_allocator::complete(const pending_free& f) {
 void pool_allocator::release_chunk(std::size_t index) noexcept {
   pool_chunk& c = *chunks_[index];
   for (auto it = c.segments.begin(); it != c.segments.end(); ++it)
-    if (!it->second.used) free_segments_.erase(index_key(c, it));
-  reserved_ -= c.mem.size;
+    if (!it->second.used && !it->second.hole) free_segments_.erase(index_key(c, it));
+  reserved_ -= c.mem.size - c.hole_bytes;
   backing_.unmap(c.mem);
   chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(index));
 }
 
-void pool_allocator::trim(std::size_t bytes, trim_mode mode) {
+void pool_allocator::trim(std::size_t bytes) {
   if (reserved_ <= bytes) return;
   for (auto& c : chunks_)
     coalesce(*c, c->segments.end(), 0);
+  const auto held = [](const pool_chunk& c) { return c.mem.size - c.hole_bytes; };
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < chunks_.size(); ++i)
     if (releasable(*chunks_[i])) order.push_back(i);
   // Largest first: the fewest releases that get there.
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return chunks_[a]->mem.size > chunks_[b]->mem.size;
-  });
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return held(*chunks_[a]) > held(*chunks_[b]); });
   std::vector<std::size_t> release;
   std::size_t reserved = reserved_;
   for (std::size_t i : order) {
-    const std::size_t size = chunks_[i]->mem.size;
-    if (mode == trim_mode::keep_at_least) {
-      if (reserved - size < bytes) continue;
-    } else if (reserved <= bytes) {
-      break;
-    }
+    const std::size_t size = held(*chunks_[i]);
+    if (reserved - size < bytes) continue;
     reserved -= size;
     release.push_back(i);
   }
   std::sort(release.rbegin(), release.rend());
   for (std::size_t i : release)
     release_chunk(i);
+  // Then free units of the chunks that stay, newest chunk and highest address first, while the
+  // pool keeps at least bytes.
+  for (std::size_t i = chunks_.size(); i-- > 0;) {
+    if (chunks_[i]->pending_frees != 0) continue;
+    const std::size_t size = chunks_[i]->mem.size;
+    for (std::size_t off = size; off > 0;) {
+      off -= granularity_;
+      if (reserved_ < bytes + granularity_) return;
+      if (!unit_free(*chunks_[i], off, nullptr)) continue;
+      const bool last = chunks_[i]->hole_bytes + granularity_ == size;
+      release_unit(i, off);
+      if (last) break;  // the chunk is gone
+    }
+  }
 }
 
 void pool_allocator::release_all() noexcept {

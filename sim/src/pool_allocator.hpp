@@ -42,7 +42,13 @@ class pool_backing {
   virtual ~pool_backing() = default;
   /// Maps bytes of memory into out; false when the device has too little left.
   virtual bool map(std::size_t bytes, mapped_memory& out) = 0;
-  /// Gives memory from map back.
+  /// Whether the device has bytes of memory left to map.
+  [[nodiscard]] virtual bool can_map(std::size_t bytes) const noexcept = 0;
+  /// Gives back the memory behind [offset, offset + bytes) of memory from map, keeping its
+  /// addresses: the pool no longer holds it, and the range is no longer accessible.
+  virtual void release_part(const mapped_memory& memory, std::size_t offset,
+                            std::size_t bytes) noexcept = 0;
+  /// Gives memory from map back, what release_part left of it and its addresses.
   virtual void unmap(const mapped_memory& memory) noexcept = 0;
 };
 
@@ -72,6 +78,8 @@ struct pool_segment {
   // For a free segment: whether the free that returned it has still to run.
   bool free_pending = false;
   free_tag freed_by;
+  // Memory given back to the device, its addresses kept: neither used nor free.
+  bool hole = false;
 };
 
 // A chunk's segments by offset. Its nodes stay put while they exist, so the index and live
@@ -84,6 +92,7 @@ struct pool_chunk {
   std::uint64_t serial = 0;  // creation order within its pool
   std::size_t used_segments = 0;
   std::size_t pending_frees = 0;  // enqueued frees of its memory that have not run
+  std::size_t hole_bytes = 0;     // given back to the device by release_part
   // No two neighbouring segments could merge under this value of the pool's opportunistic reuse
   // flag (true also implies it for false), so a change needs coalescing only around itself.
   bool coalesced_opportunistic = true;
@@ -115,10 +124,6 @@ enum class reuse_rank { now = 0, after_wait = 1, never = 2 };
 /// has still to run. Segments never freed or freed at once carry the tag of stream 0.
 using reuse_fn = function_ref<reuse_rank(const free_tag& freed_by, bool free_pending)>;
 
-/// How cudaMemPoolTrimTo and the release threshold round: keep at least the bytes, or hold at
-/// most the bytes where the chunks allow it.
-enum class trim_mode { keep_at_least, down_to };
-
 /// The allocator of one pool. Not thread-safe: the runtime's lock guards it.
 class pool_allocator {
  public:
@@ -136,8 +141,9 @@ class pool_allocator {
   };
 
   /// Places bytes (a multiple of the allocation alignment) in the pool: the best free segment
-  /// that rank allows as is, else a new chunk, else the best segment it allows after a wait.
-  /// False when none of them is possible.
+  /// that rank allows as is, else a new chunk made first of free units of the pool that rank
+  /// allows as is (remapped, as a driver defragments a pool) and then of new memory, else the
+  /// best segment it allows after a wait. False when none of them is possible.
   bool allocate(std::size_t bytes, reuse_fn rank, result& out);
 
   /// Frees an allocation at once (cudaFree): its memory is free as soon as this returns.
@@ -148,8 +154,10 @@ class pool_allocator {
   /// The free has run: its segments lose their mark and may merge with their neighbours.
   void complete(const pending_free& f);
 
-  /// Releases chunks with no allocation and no free still to run, largest first, as mode says.
-  void trim(std::size_t bytes, trim_mode mode);
+  /// Gives memory back until the pool holds no more than bytes, keeping at least bytes: first
+  /// whole chunks with no allocation and no free still to run, largest first, then free units
+  /// (the granularity) of chunks with no free still to run.
+  void trim(std::size_t bytes);
   /// Releases every chunk, whatever it holds (the simulated process ends).
   void release_all() noexcept;
 
@@ -189,6 +197,9 @@ class pool_allocator {
   };
 
   pool_chunk* grow(std::size_t need);
+  [[nodiscard]] bool unit_free(const pool_chunk& c, std::size_t offset, reuse_fn* rank) const;
+  void release_unit(std::size_t index, std::size_t offset);
+  void remap_units(std::size_t units, reuse_fn rank);
   void index_insert(pool_chunk& c, segment_map::iterator seg);
   static free_entry index_key(const pool_chunk& c, segment_map::const_iterator seg);
   [[nodiscard]] bool mergeable(const pool_segment& a, const pool_segment& b) const noexcept;

@@ -121,9 +121,8 @@ void after_synchronize(state& g, int device) {
   for (auto& p : g.pools) {
     if (p->device != device) continue;
     if (p->allocator.reserved() > p->release_threshold)
-      p->allocator.trim(static_cast<std::size_t>(std::min<std::uint64_t>(
-                            p->release_threshold, std::numeric_limits<std::size_t>::max())),
-                        trim_mode::down_to);
+      p->allocator.trim(static_cast<std::size_t>(
+          std::min<std::uint64_t>(p->release_threshold, std::numeric_limits<std::size_t>::max())));
     pool_release_if_destroyed(*p);
   }
 }
@@ -324,7 +323,7 @@ cudaError_t CUDARTAPI cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAtt
 cudaError_t CUDARTAPI cudaMemPoolTrimTo(cudaMemPool_t pool, size_t min_bytes_to_keep) {
   return call("cudaMemPoolTrimTo", [&](state& g) -> cudaError_t {
     if (!valid_pool(g, pool)) return cudaErrorInvalidValue;
-    pool->allocator.trim(min_bytes_to_keep, trim_mode::keep_at_least);
+    pool->allocator.trim(min_bytes_to_keep);
     return cudaSuccess;
   });
 }

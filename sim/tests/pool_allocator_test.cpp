@@ -18,7 +18,6 @@ using cuscope::sim::detail::pool_allocator;
 using cuscope::sim::detail::pool_backing;
 using cuscope::sim::detail::reuse_fn;
 using cuscope::sim::detail::reuse_rank;
-using cuscope::sim::detail::trim_mode;
 
 namespace {
 
@@ -37,14 +36,23 @@ class counting_backing final : public pool_backing {
     ++maps;
     return true;
   }
+  bool can_map(std::size_t bytes) const noexcept override {
+    return mapped_bytes() + bytes <= capacity_;
+  }
+  void release_part(const mapped_memory& m, std::size_t, std::size_t bytes) noexcept override {
+    released_[m.va] += bytes;
+  }
   void unmap(const mapped_memory& m) noexcept override {
     mapped_.erase(m.va);
+    released_.erase(m.va);
     ++unmaps;
   }
-  std::size_t mapped_bytes() const {
+  std::size_t mapped_bytes() const noexcept {
     std::size_t n = 0;
     for (const auto& [va, size] : mapped_)
       n += size;
+    for (const auto& [va, size] : released_)
+      n -= size;
     return n;
   }
   int maps = 0;
@@ -54,6 +62,7 @@ class counting_backing final : public pool_backing {
   std::size_t capacity_;
   std::uintptr_t next_ = 0x10000000;
   std::map<std::uintptr_t, std::size_t> mapped_;
+  std::map<std::uintptr_t, std::size_t> released_;
 };
 
 // Every free usable as is: the reuse rules are the runtime's, not the allocator's.
@@ -131,12 +140,12 @@ TEST_CASE("pool_allocator: neighbouring free segments merge and a free chunk can
   // The two middle quarters merged: half a unit fits between the others.
   const allocation half = place(a, unit / 2, any_free);
   CHECK(half.address() == parts[1].address());
-  a.trim(0, trim_mode::keep_at_least);
+  a.trim(0);
   CHECK(a.reserved() == unit);  // live allocations hold the chunk
   for (const allocation* x : std::initializer_list<const allocation*>{&parts[0], &half, &parts[3]})
     a.free_now(x->r.placement);
   CHECK(a.chunks().front()->segments.size() == 1);
-  a.trim(0, trim_mode::keep_at_least);
+  a.trim(0);
   CHECK(a.reserved() == 0);
   CHECK(backing.unmaps == 1);
 }
@@ -166,11 +175,11 @@ TEST_CASE("pool_allocator: a free in stream order is marked until it completes",
   CHECK(y.address() == x.address());
   a.free_now(y.r.placement);
   // A chunk that a pending free still refers to is not released, even once free again.
-  a.trim(0, trim_mode::keep_at_least);
+  a.trim(0);
   CHECK(a.reserved() == unit);
   a.complete(f);
   CHECK(a.pending_frees() == 0);
-  a.trim(0, trim_mode::keep_at_least);
+  a.trim(0);
   CHECK(a.reserved() == 0);
 }
 
@@ -216,7 +225,7 @@ TEST_CASE("pool_allocator: a pool grows only as far as its maximum and its backi
   limited.free_now(y.r.placement);
 }
 
-TEST_CASE("pool_allocator: trim keeps at least the bytes or holds at most them, largest first",
+TEST_CASE("pool_allocator: trim keeps at least the bytes, whole chunks largest first",
           "[pool_allocator]") {
   counting_backing backing;
   pool_allocator a(backing, unit, 0);
@@ -226,12 +235,122 @@ TEST_CASE("pool_allocator: trim keeps at least the bytes or holds at most them, 
   for (const allocation& x : xs)
     a.free_now(x.r.placement);
   REQUIRE(a.reserved() == 7 * unit);
-  a.trim(3 * unit, trim_mode::keep_at_least);
+  a.trim(3 * unit);
   CHECK(a.reserved() == 3 * unit);  // the 4-unit chunk went, the others stay
-  a.trim(unit + unit / 2, trim_mode::down_to);
-  CHECK(a.reserved() == unit);  // down to: the 2-unit chunk goes, ending below the bytes
-  a.trim(0, trim_mode::down_to);
+  CHECK(a.chunks().size() == 2);
+  a.trim(unit + unit / 2);
+  // The 2-unit chunk, or a unit of it, would take the pool below the bytes: the 1-unit chunk goes.
+  CHECK(a.reserved() == 2 * unit);
+  CHECK(backing.mapped_bytes() == 2 * unit);
+  a.trim(0);
   CHECK(a.reserved() == 0);
+  CHECK(backing.mapped_bytes() == 0);
+  CHECK(a.chunks().empty());
+}
+
+TEST_CASE("pool_allocator: trim gives back free units of a chunk that holds an allocation",
+          "[pool_allocator]") {
+  counting_backing backing;
+  pool_allocator a(backing, unit, 0);
+  const allocation big = place(a, 4 * unit, any_free);
+  a.free_now(big.r.placement);
+  const allocation live = place(a, 1024, any_free);  // in the first unit of the 4-unit chunk
+  a.trim(0);
+  CHECK(a.reserved() == unit);
+  CHECK(backing.mapped_bytes() == unit);
+  CHECK(a.used() == 1024);
+  // The rest of the first unit still serves allocations; the units given back do not.
+  const allocation near = place(a, unit / 2, any_free);
+  CHECK(near.address() == live.address() + 1024);
+  CHECK(a.reserved() == unit);
+  const allocation more = place(a, unit, any_free);  // a new chunk
+  CHECK(a.reserved() == 2 * unit);
+  CHECK(more.address() != live.address() + unit);
+  a.free_now(near.r.placement);
+  a.free_now(more.r.placement);
+  a.free_now(live.r.placement);
+  a.trim(0);
+  CHECK(a.reserved() == 0);
+  CHECK(a.chunks().empty());
+  CHECK(backing.mapped_bytes() == 0);
+}
+
+TEST_CASE("pool_allocator: a free still to run keeps its chunk's units from trims",
+          "[pool_allocator]") {
+  counting_backing backing;
+  pool_allocator a(backing, unit, 0);
+  const allocation big = place(a, 2 * unit, any_free);
+  a.free_now(big.r.placement);
+  const allocation x = place(a, 1024, any_free);
+  const pending_free f = a.free_later(x.r.placement, free_tag{1, 1});
+  a.trim(0);
+  CHECK(a.reserved() == 2 * unit);
+  a.complete(f);
+  a.trim(0);
+  CHECK(a.reserved() == 0);
+}
+
+TEST_CASE("pool_allocator: free units scattered over chunks are remapped before the pool grows",
+          "[pool_allocator]") {
+  // A, B and C of one unit each; A and C freed; two units asked: a driver remaps the free
+  // units into one range instead of growing (gpu-evidence section 7).
+  counting_backing backing;
+  pool_allocator a(backing, unit, 0);
+  const allocation x = place(a, unit, any_free);
+  const allocation y = place(a, unit, any_free);
+  const allocation z = place(a, unit, any_free);
+  a.free_now(x.r.placement);
+  a.free_now(z.r.placement);
+  const allocation w = place(a, 2 * unit, any_free);
+  CHECK(a.reserved() == 3 * unit);
+  CHECK(backing.mapped_bytes() == 3 * unit);
+  CHECK(a.chunks().size() == 2);  // y's chunk and the remapped one
+  // With one free unit, a two-unit request remaps it and grows by one unit only.
+  a.free_now(y.r.placement);
+  const allocation v = place(a, 2 * unit, any_free);
+  CHECK(a.reserved() == 4 * unit);
+  CHECK(backing.mapped_bytes() == 4 * unit);
+  a.free_now(w.r.placement);
+  a.free_now(v.r.placement);
+  a.trim(0);
+  CHECK(backing.mapped_bytes() == 0);
+}
+
+TEST_CASE("pool_allocator: remapping lets a pool at its maximum serve what its free units hold",
+          "[pool_allocator]") {
+  counting_backing backing;
+  pool_allocator a(backing, unit, 3 * unit);
+  const allocation x = place(a, unit, any_free);
+  const allocation y = place(a, unit, any_free);
+  const allocation z = place(a, unit, any_free);
+  a.free_now(x.r.placement);
+  a.free_now(z.r.placement);
+  const allocation w = place(a, 2 * unit, any_free);
+  CHECK(a.reserved() == 3 * unit);
+  pool_allocator::result r;
+  CHECK_FALSE(a.allocate(unit, any_free, r));  // full: nothing free to remap
+  a.free_now(y.r.placement);
+  a.free_now(w.r.placement);
+}
+
+TEST_CASE("pool_allocator: only units the request may reuse as they are are remapped",
+          "[pool_allocator]") {
+  counting_backing backing;
+  pool_allocator a(backing, unit, 0);
+  const allocation x = place(a, unit, any_free);
+  const allocation y = place(a, unit, any_free);
+  const allocation z = place(a, unit, any_free);
+  // Frees that have run but that this request may not reuse as they are (another stream's,
+  // unobserved): no remapping, the pool grows.
+  a.complete(a.free_later(x.r.placement, free_tag{7, 1}));
+  a.complete(a.free_later(z.r.placement, free_tag{7, 2}));
+  const auto not_stream_7 = [](const free_tag& t, bool) {
+    return t.stream == 7 ? reuse_rank::after_wait : reuse_rank::now;
+  };
+  const allocation w = place(a, 2 * unit, not_stream_7);
+  CHECK(a.reserved() == 5 * unit);
+  a.free_now(y.r.placement);
+  a.free_now(w.r.placement);
 }
 
 TEST_CASE("pool_allocator: without opportunistic reuse only segments of one free merge",

@@ -91,7 +91,7 @@ TEST_CASE(
   REQUIRE(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess);
   const auto fill_and_free = [&] {
     void* p = nullptr;
-    REQUIRE(cudaMallocFromPoolAsync(&p, 32 * MiB, pool, s) == cudaSuccess);
+    REQUIRE(cudaMallocFromPoolAsync(&p, 128 * MiB, pool, s) == cudaSuccess);
     REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
     REQUIRE(cudaEventRecord(e, s) == cudaSuccess);
   };
@@ -107,7 +107,11 @@ TEST_CASE(
     fill_and_free();
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   }
-  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) <= 4 * MiB);
+  // At least the threshold stays, and at most what the pool's release unit rounds it up to: a GPU
+  // releases in pages of a few MiB or in 32 MiB units, the simulation in 32 MiB units.
+  const std::uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
+  CHECK(reserved >= 4 * MiB);
+  CHECK(reserved <= 32 * MiB);
   REQUIRE(cudaEventDestroy(e) == cudaSuccess);
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
   REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
@@ -174,6 +178,89 @@ TEST_CASE("sim: cudaMemPoolTrimTo never releases memory behind a live allocation
 }
 
 #if CUSCOPE_TEST_SIMULATED
+
+TEST_CASE("sim: a synchronization keeps at least the release threshold, trimming in units",
+          "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = make_pool();
+  set_threshold(pool, 100 * MiB);
+  cudaStream_t s = make_stream();
+  void* p = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&p, 256 * MiB, pool, s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  // Not the whole 256 MiB chunk, not below 100 MiB: the fewest 32 MiB units above it.
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 128 * MiB);
+  // The memory given back is gone: the rest of the chunk's addresses are no longer device memory.
+  cudaPointerAttributes attrs{};
+  REQUIRE(cudaPointerGetAttributes(&attrs, static_cast<char*>(p) + 200 * MiB) == cudaSuccess);
+  CHECK(attrs.type == cudaMemoryTypeUnregistered);
+  REQUIRE(cudaPointerGetAttributes(&attrs, static_cast<char*>(p) + 100 * MiB) == cudaSuccess);
+  CHECK(attrs.type == cudaMemoryTypeDevice);
+  REQUIRE(cudaMemPoolTrimTo(pool, 0) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 0);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+TEST_CASE("sim: cudaMemPoolTrimTo gives back free units around a live allocation", "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = make_pool();
+  set_threshold(pool, std::numeric_limits<std::uint64_t>::max());
+  cudaStream_t s = make_stream();
+  void* big = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&big, 128 * MiB, pool, s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(big, s) == cudaSuccess);
+  void* live = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&live, 1 * MiB, pool, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolTrimTo(pool, 0) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 32 * MiB);
+  // The live allocation keeps its unit and its data.
+  std::vector<unsigned char> in(1 * MiB, 7), out(1 * MiB, 0);
+  REQUIRE(cudaMemcpy(live, in.data(), in.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(out.data(), live, out.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(out == in);
+  REQUIRE(cudaFreeAsync(live, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolTrimTo(pool, 0) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 0);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+TEST_CASE("sim: free memory in pieces is remapped for a larger request instead of growing",
+          "[sim]") {
+  // gpu-evidence section 7: A, B and C, the first and third freed, then a request as large as
+  // both together.
+  device_guard device;
+  cudaMemPool_t pool = make_pool();
+  set_threshold(pool, std::numeric_limits<std::uint64_t>::max());
+  cudaStream_t s = make_stream();
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&a, 32 * MiB, pool, s) == cudaSuccess);
+  REQUIRE(cudaMallocFromPoolAsync(&b, 32 * MiB, pool, s) == cudaSuccess);
+  REQUIRE(cudaMallocFromPoolAsync(&c, 32 * MiB, pool, s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(a, s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(c, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 96 * MiB);
+  void* d = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&d, 64 * MiB, pool, s) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 96 * MiB);
+  // The remapped range is one allocation: a copy over all of it works.
+  std::vector<unsigned char> in(64 * MiB, 3);
+  CHECK(cudaMemcpy(d, in.data(), in.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(b, s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(d, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolTrimTo(pool, 0) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 0);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
 
 TEST_CASE("sim: cudaMemPoolTrimTo cannot release memory whose free has not run", "[sim]") {
   device_guard device;
