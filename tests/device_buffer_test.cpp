@@ -225,6 +225,13 @@ TEST_CASE("device_buffer: a moved-from buffer is empty and can be assigned again
   CHECK(a.size() == 0);
   CHECK_THROWS_WITH(a.pool(), contains("has no pool"));
   CHECK(a.to_vector(s).empty());
+  const std::vector<int> four{1, 2, 3, 4};
+  CHECK_THROWS_AS(a.copy_from(s, four), std::logic_error);
+  CHECK_THROWS_WITH(
+      a.copy_from(s, four),
+      contains("4 elements with an empty (moved-from or default-constructed) buffer"));
+  std::vector<int> out(4);
+  CHECK_THROWS_AS(a.copy_to(s, out.data(), 4), std::logic_error);
   a = std::move(b);
   CHECK(a.data() == p);
   device_buffer<int> c(s, 2048, pool);

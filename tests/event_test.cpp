@@ -113,6 +113,14 @@ TEST_CASE("event: an event for another device is made there and leaves the curre
   CHECK_THROWS_WITH(event(o), contains("device 7 is not valid"));
 }
 
+TEST_CASE("event: a negative device other than -1 is refused", "[event]") {
+  device_guard device;
+  cuscope::event_options o;
+  o.device = -2;
+  CHECK_THROWS_WITH(event(o), contains("device -2 is not valid"));
+  CHECK_THROWS_AS(event(o), std::invalid_argument);
+}
+
 TEST_CASE("stream_ref: wait(event_ref) and wait(stream_ref) order the later work after the earlier",
           "[event][stream]") {
   device_guard device;

@@ -149,6 +149,9 @@ TEST_CASE("memory_pool: inconsistent options and invalid devices are refused", "
   bad.device = 5;
   CHECK_THROWS_WITH(memory_pool(bad), contains("device 5 is not valid"));
   CHECK_THROWS_AS(memory_pool(bad), std::invalid_argument);
+  bad.device = -7;  // only -1 means the current device
+  CHECK_THROWS_WITH(memory_pool(bad), contains("device -7 is not valid"));
+  CHECK_THROWS_AS(memory_pool(bad), std::invalid_argument);
 }
 
 #if CUSCOPE_HAS_POOL_MAX_SIZE

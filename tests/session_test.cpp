@@ -4,6 +4,7 @@
 #include <cuscope/session.hpp>
 #include <cuscope/stream.hpp>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -437,4 +438,124 @@ TEST_CASE("session: a request whose bytes would wrap the budget's count is refus
   }
   CHECK(work.live_bytes() == 1024);
   CHECK(work.live_allocations() == 1);
+}
+
+TEST_CASE("session: memory handed out on an unlisted stream makes the end synchronize the device",
+          "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  stream other;
+  session work(pool, s, "multi-stream");
+  {
+    auto b = work.make_buffer<char>(other, 64 * MiB);
+    CHECK(pool.stats().reserved_bytes == 64 * MiB);
+  }  // freed on other, which the session was not given
+  const session_report& r = work.finish();
+  CHECK(r.synchronized_device);
+  CHECK(r.returned_bytes == 64 * MiB);
+  CHECK(r.reserved_at_exit_bytes == 0);
+  CHECK_FALSE(r.leaked());
+  CHECK_THAT(r.to_string(), contains("synchronized the device"));
+}
+
+TEST_CASE("session: memory handed out on a listed stream synchronizes that stream alone",
+          "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  stream other;
+  stream unrelated;
+  bool unrelated_done = false;
+  session_options o;
+  o.streams = {other};
+  session work(pool, s, o);
+  { auto b = work.make_buffer<char>(other, 64 * MiB); }
+  REQUIRE(cudaLaunchHostFunc(unrelated.get(), &set_flag, &unrelated_done) == cudaSuccess);
+  const session_report& r = work.finish();
+  CHECK_FALSE(r.synchronized_device);
+  CHECK(r.returned_bytes == 64 * MiB);
+  if (cuscope::test::simulated) CHECK_FALSE(unrelated_done);  // deferred: nothing ran it
+  REQUIRE(cudaStreamSynchronize(unrelated.get()) == cudaSuccess);
+}
+
+TEST_CASE("session: a buffer moved onto an unlisted stream makes the end synchronize the device",
+          "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  stream other;
+  session work(pool, s);
+  {
+    auto b = work.make_buffer<char>(64 * MiB);
+    b.set_stream(other);
+  }
+  const session_report& r = work.finish();
+  CHECK(r.synchronized_device);
+  CHECK(r.returned_bytes == 64 * MiB);
+}
+
+TEST_CASE("session: a parent cannot finish while a nested session is open", "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session outer(pool, s, "request");
+  {
+    session inner(outer, "decode");
+    auto b = inner.make_buffer<char>(MiB);
+    CHECK_THROWS_AS(outer.finish(), std::logic_error);
+    CHECK_THROWS_WITH(outer.finish(), contains("session 'request': finish() while its nested "
+                                               "session(s) 'decode' are open"));
+    CHECK_FALSE(outer.finished());
+    CHECK(outer.live_bytes() == MiB);
+  }
+  const session_report& r = outer.finish();
+  CHECK(outer.finished());
+  CHECK(r.peak_used_bytes == MiB);
+  CHECK_FALSE(r.leaked());
+}
+
+namespace {
+std::vector<std::string> cleanup_messages;
+void record_cleanup(const cuscope::cleanup_error& e) noexcept {
+  cleanup_messages.emplace_back(e.message);
+}
+}  // namespace
+
+TEST_CASE("session: a parent destroyed before its nested session reports it and is not touched",
+          "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  cleanup_messages.clear();
+  const cuscope::scoped_cleanup_handler handler(&record_cleanup);
+  session_options parent_options;
+  parent_options.name = "service";
+  parent_options.budget_bytes = 4 * MiB;
+  auto outer = std::make_unique<session>(pool, s, parent_options);
+  session inner(*outer, "request");
+  auto a = inner.make_buffer<char>(MiB);
+  outer.reset();  // the misuse: the parent object is gone first
+  REQUIRE(cleanup_messages.size() == 1);
+  CHECK_THAT(cleanup_messages[0], contains("session 'service' destroyed while its nested "
+                                           "session(s) 'request' are open"));
+  // The nested session still counts against the parent's budget, without touching the parent.
+  CHECK_THROWS_AS(inner.make_buffer<char>(4 * MiB), cuscope::out_of_memory);
+  auto b = inner.make_buffer<char>(2 * MiB);
+  CHECK(inner.live_bytes() == 3 * MiB);
+  a = {};
+  b = {};
+  CHECK_FALSE(inner.finish().leaked());
+}
+
+TEST_CASE("session: a nested session cannot begin in a parent that is finishing or finished",
+          "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  auto outer = std::make_unique<session>(pool, s, "outer");
+  (void)outer->finish();
+  CHECK_THROWS_AS(session(*outer, "late"), std::logic_error);
+  CHECK_THROWS_WITH(session(*outer, "late"),
+                    contains("session 'late': its parent session 'outer' has finished"));
 }

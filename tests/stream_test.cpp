@@ -124,6 +124,9 @@ TEST_CASE("stream: a stream on a device that does not exist is refused", "[strea
   cuscope::stream_options o;
   o.device = 3;
   CHECK_THROWS_WITH(stream(o), contains("device 3 is not valid"));
+  o.device = -3;  // only -1 means the current device
+  CHECK_THROWS_WITH(stream(o), contains("device -3 is not valid"));
+  CHECK_THROWS_AS(stream(o), std::invalid_argument);
 }
 
 TEST_CASE("stream: a stream made for another device leaves the current device alone", "[stream]") {

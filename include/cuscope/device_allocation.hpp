@@ -48,7 +48,7 @@ class device_allocation {
       : stream_(stream.get()) {
     set_pool(pool);
     if (bytes == 0) return;
-    if (accounting != nullptr) accounting->charge(bytes);
+    if (accounting != nullptr) accounting->charge(bytes, stream.get());
     try {
       data_ = pool.allocate(stream, bytes);
     } catch (...) {
@@ -150,6 +150,7 @@ class device_allocation {
   void set_stream(stream_ref stream) {
     if (data_ != nullptr) detail::order_after(stream, stream_ref(stream_), device_);
     stream_ = stream.get();
+    if (ledger_ != nullptr) ledger_->moved_to(stream_);
   }
 
  private:

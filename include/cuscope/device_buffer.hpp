@@ -184,7 +184,8 @@ class device_buffer {
   /// @brief Copies count elements from src (host or device memory) to element offset.
   /// Enqueued on stream; a pageable source is read before the call returns, a pinned one when the
   /// copy runs, so it must stay valid until then.
-  /// @throws std::out_of_range when the elements do not fit.
+  /// @throws std::out_of_range when the elements do not fit; std::logic_error when the buffer
+  /// is empty (moved-from or default-constructed) and count is not 0.
   void copy_from(stream_ref stream, const T* src, std::size_t count, std::size_t offset = 0) {
     check_range("copy_from", count, offset);
     if (count == 0) return;
@@ -207,7 +208,8 @@ class device_buffer {
   /// @brief Copies count elements from element offset to dst (host or device memory).
   /// Enqueued on stream; dst must stay valid until the copy has run (into pageable memory it has
   /// run when the call returns).
-  /// @throws std::out_of_range when the elements are not all in the buffer.
+  /// @throws std::out_of_range when the elements are not all in the buffer; std::logic_error when
+  /// the buffer is empty (moved-from or default-constructed) and count is not 0.
   void copy_to(stream_ref stream, T* dst, std::size_t count, std::size_t offset = 0) const {
     check_range("copy_to", count, offset);
     if (count == 0) return;
@@ -273,6 +275,10 @@ class device_buffer {
   }
 
   void check_range(const char* what, std::size_t count, std::size_t offset) const {
+    if (count != 0 && !alloc_.has_pool())
+      throw std::logic_error("cuscope::device_buffer::" + std::string(what) + ": " +
+                             std::to_string(count) +
+                             " elements with an empty (moved-from or default-constructed) buffer");
     if (offset > size() || count > size() - offset)
       throw std::out_of_range("cuscope::device_buffer::" + std::string(what) + ": " +
                               std::to_string(count) + " elements at offset " +

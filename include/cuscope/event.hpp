@@ -105,7 +105,7 @@ class event {
   explicit event(const event_options& options = {}) {
     const unsigned flags = (options.timing ? cudaEventDefault : cudaEventDisableTiming) |
                            (options.blocking_sync ? cudaEventBlockingSync : cudaEventDefault);
-    if (options.device < 0) {  // the current device: no check and no switch
+    if (options.device == -1) {  // the current device: no check and no switch
       device_ = current_device();
       create(flags);
       return;

@@ -390,7 +390,7 @@ class memory_pool : public detail::pool_base<memory_pool> {
   /// out_of_memory when initial_bytes cannot be reserved; cuda_error when CUDA fails.
   explicit memory_pool(const pool_options& options = {})
       : max_bytes_(options.max_bytes), retry_(options.retry_after_trim) {
-    device_ = options.device < 0 ? current_device() : options.device;
+    device_ = options.device == -1 ? current_device() : options.device;
     detail::check_device(device_, "cuscope::memory_pool");
     validate(options);
     cudaMemPoolProps props{};

@@ -61,6 +61,10 @@ struct session_report {
   std::size_t leaked_allocations = 0;          ///< make_buffer allocations still live at the end.
   std::size_t leaked_bytes = 0;                ///< Their bytes.
   bool trimmed = false;                        ///< Whether the pool was trimmed.
+  /// @brief Whether the end synchronized the whole device rather than the session's streams: asked
+  /// for (session_options::synchronize_device), or memory was handed out on a stream the session
+  /// was not given.
+  bool synchronized_device = false;
   bool unwinding = false;  ///< Whether the session ended while an exception unwound the stack.
 
   /// @brief True when allocations made through the session outlived it.
@@ -79,7 +83,7 @@ struct session_report {
     s += "  returned to the driver " + format_bytes(returned_bytes) + " (reserve " +
          format_bytes(reserved_at_finish_bytes) + " -> " + format_bytes(reserved_at_exit_bytes) +
          (trimmed ? ", trimmed" : ", not trimmed") + "; " + format_bytes(reserved_at_entry_bytes) +
-         " at entry)\n";
+         " at entry" + (synchronized_device ? "; synchronized the device" : "") + ")\n";
     const bool gained = driver_free_at_exit_bytes >= driver_free_at_entry_bytes;
     const std::size_t delta = gained ? driver_free_at_exit_bytes - driver_free_at_entry_bytes
                                      : driver_free_at_entry_bytes - driver_free_at_exit_bytes;
@@ -129,7 +133,10 @@ struct session_options {
   /// @brief Limit on the live bytes of make_buffer allocations (and of those of nested sessions);
   /// 0 for none. A request beyond it throws out_of_memory before CUDA is asked.
   std::size_t budget_bytes = 0;
-  /// @brief More streams to synchronize at the end, besides the session's own.
+  /// @brief More streams to synchronize at the end, besides the session's own. They must outlive
+  /// the session. Memory handed out (make_buffer(stream, n)) or moved (set_stream, resize) onto a
+  /// stream that is neither the session's nor listed here makes the end synchronize the device
+  /// instead, since such a stream may be gone by then.
   std::vector<stream_ref> streams;
   /// @brief Synchronize the whole device at the end instead of the streams.
   bool synchronize_device = false;
@@ -146,13 +153,17 @@ struct session_options {
 ///
 /// At construction it records the pool's statistics and the device's free memory. make_buffer
 /// allocates on the session's stream and pool and counts the allocation. finish() (or the
-/// destructor, also when an exception unwinds through the scope) synchronizes the session's
-/// streams, counts what was not freed, restores the release threshold it changed, trims the pool
-/// back to its reserve at entry, and returns a session_report.
+/// destructor, also when an exception unwinds through the scope) synchronizes every stream the
+/// session handed memory out on (the device, when one of them was not given to it), counts what
+/// was not freed, restores the release threshold it changed, trims the pool back to its reserve
+/// at entry, and returns a session_report.
 ///
 /// Sessions nest: session(parent, options) works on the parent's pool and stream, counts its
 /// allocations and budget against the parent's as well, and passes its peaks on to it. A nested
-/// session must end before its parent does, as scopes do.
+/// session must end before its parent does, as scopes do: finish() on a parent with a nested
+/// session open throws std::logic_error naming both; a parent destroyed first reports the misuse
+/// to the cleanup handler and ends, and the nested session goes on counting against its parent's
+/// budget without touching the destroyed object.
 /// Not copyable or movable; use it from one thread (make_buffer may be called from several).
 class session {
  public:
@@ -184,6 +195,14 @@ class session {
   ~session() {
     if (!finished_) {
       try {
+        const std::string open = ledger_->close(true);
+        if (!open.empty()) {
+          const std::string m = "session '" + options_.name +
+                                "' destroyed while its nested session(s) " + open +
+                                " are open; it ends now, and they count on without it";
+          detail::report_cleanup("session::~session", "cuscope::session", this, cudaSuccess,
+                                 m.c_str(), __FILE__, __LINE__);
+        }
         (void)finish_impl(false);
       } catch (...) {  // a callback (on_finish, leak_sink) threw
         CUSCOPE_DETAIL_CLEANUP_CAUGHT("session::finish", "cuscope::session", this);
@@ -191,7 +210,7 @@ class session {
     }
     // A restore that failed in finish() gets one more try.
     if (saved_threshold_) restore_threshold_nothrow();
-    if (ledger_ != nullptr) ledger_->release();
+    ledger_->release();
   }
 
   /// @brief count uninitialized elements from the session's pool on its stream, counted by the
@@ -202,8 +221,8 @@ class session {
     return make_buffer<T>(stream_, count);
   }
 
-  /// @brief As make_buffer(count), on another stream (which the session should synchronize:
-  /// give it in session_options::streams).
+  /// @brief As make_buffer(count), on another stream. The session's end synchronizes it when it
+  /// is listed in session_options::streams, and the whole device otherwise.
   template <class T>
   [[nodiscard]] device_buffer<T> make_buffer(stream_ref stream, std::size_t count) {
     if (finished_)
@@ -215,9 +234,18 @@ class session {
 
   /// @brief Ends the session: synchronizes, counts leaks, restores the release threshold, trims,
   /// applies the leak policy. A second call does nothing and returns the same report.
-  /// @throws cuda_error when synchronizing or trimming fails (after doing the rest);
-  /// session_leak_error under leak_policy::throw_exception.
-  const session_report& finish() { return finish_impl(true); }
+  /// @throws std::logic_error, doing nothing, while a nested session is open; cuda_error when
+  /// synchronizing or trimming fails (after doing the rest); session_leak_error under
+  /// leak_policy::throw_exception.
+  const session_report& finish() {
+    if (finished_) return report_;
+    const std::string open = ledger_->close(false);
+    if (!open.empty())
+      throw std::logic_error("cuscope::session '" + options_.name +
+                             "': finish() while its nested session(s) " + open +
+                             " are open; end them first");
+    return finish_impl(true);
+  }
 
   /// @brief Whether the session has ended.
   [[nodiscard]] bool finished() const noexcept { return finished_; }
@@ -229,26 +257,46 @@ class session {
   [[nodiscard]] const std::string& name() const noexcept { return options_.name; }
   /// @brief make_buffer allocations (this session's and nested ones') still live.
   [[nodiscard]] std::size_t live_allocations() const noexcept {
-    return ledger_ != nullptr ? ledger_->live_allocations() : report_.leaked_allocations;
+    return finished_ ? report_.leaked_allocations : ledger_->live_allocations();
   }
   /// @brief Their bytes.
   [[nodiscard]] std::size_t live_bytes() const noexcept {
-    return ledger_ != nullptr ? ledger_->live_bytes() : report_.leaked_bytes;
+    return finished_ ? report_.leaked_bytes : ledger_->live_bytes();
   }
   /// @brief The report; complete once finished() is true.
   [[nodiscard]] const session_report& report() const noexcept { return report_; }
 
  private:
   session(session* parent, memory_pool_ref pool, stream_ref stream, session_options options)
-      : parent_(parent), pool_(pool), stream_(stream), options_(std::move(options)) {
-    if (parent_ != nullptr && parent_->finished_)
+      : pool_(pool), stream_(stream), options_(std::move(options)) {
+    detail::ledger* const up = parent != nullptr ? parent->ledger_ : nullptr;
+    std::vector<cudaStream_t> listed;
+    listed.reserve(options_.streams.size());
+    for (const stream_ref s : options_.streams)
+      listed.push_back(s.get());
+    ledger_ = new detail::ledger(up, options_.budget_bytes, options_.name, stream_.get(),
+                                 std::move(listed));
+    if (up != nullptr && !up->open_child(ledger_)) {
+      ledger_->release();
       throw std::logic_error("cuscope::session '" + options_.name + "': its parent session '" +
-                             parent_->options_.name + "' has finished");
+                             parent->options_.name + "' has finished");
+    }
+    try {
+      begin(parent);
+    } catch (...) {
+      if (up != nullptr) up->close_child(ledger_);
+      ledger_->release();
+      throw;
+    }
+  }
+
+  void begin(session* parent) {
+    detail::ledger* const up = ledger_->parent();
     exceptions_at_entry_ = std::uncaught_exceptions();
     report_.name = options_.name;
     report_.device = pool_.device();
     const pool_stats entry = pool_.stats();
-    if (parent_ != nullptr) parent_->observe(entry.used_high_bytes, entry.reserved_high_bytes);
+    if (up != nullptr) up->observe(entry.used_high_bytes, entry.reserved_high_bytes);
     report_.reserved_at_entry_bytes = entry.reserved_bytes;
     report_.used_at_entry_bytes = entry.used_bytes;
     read_driver(report_.driver_free_at_entry_bytes);
@@ -263,8 +311,6 @@ class session {
       } else {
         observe(entry.used_high_bytes, entry.reserved_high_bytes);
       }
-      ledger_ = new detail::ledger(parent_ != nullptr ? parent_->ledger_ : nullptr,
-                                   options_.budget_bytes, options_.name);
     } catch (...) {
       if (saved_threshold_) restore_threshold_nothrow();
       throw;
@@ -272,9 +318,9 @@ class session {
     start_ = std::chrono::steady_clock::now();
     recorder* r = options_.record_into;
     if (r == nullptr)
-      r = parent_ != nullptr ? parent_->pool_.attached_recorder() : pool_.attached_recorder();
+      r = parent != nullptr ? parent->pool_.attached_recorder() : pool_.attached_recorder();
     if (r != nullptr) {
-      scope_ = r->begin_session(options_.name, parent_ != nullptr ? parent_->scope_ : 0,
+      scope_ = r->begin_session(options_.name, parent != nullptr ? parent->scope_ : 0,
                                 pool_.device(), pool_.get());
       pool_ = pool_.with_recorder(r, scope_);
     }
@@ -308,7 +354,8 @@ class session {
   }
 
   void synchronize() {
-    if (options_.synchronize_device) {
+    if (options_.synchronize_device || ledger_->other_streams()) {
+      report_.synchronized_device = true;
       scoped_device on(pool_.device());
       CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), "session '" + options_.name + "'");
       if (recorder* r = pool_.attached_recorder()) {
@@ -358,6 +405,7 @@ class session {
       report_.reserved_at_finish_bytes =
           std::max(report_.reserved_at_finish_bytes, s.reserved_bytes);
     });
+    observe(ledger_->observed_used_peak(), ledger_->observed_reserved_peak());
     report_.leaked_allocations = ledger_->live_allocations();
     report_.leaked_bytes = ledger_->live_bytes();
     report_.tracked_peak_bytes = ledger_->peak_bytes();
@@ -383,12 +431,13 @@ class session {
     step([&] { read_driver(report_.driver_free_at_exit_bytes); });
     report_.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    if (parent_ != nullptr) parent_->observe(report_.peak_used_bytes, report_.peak_reserved_bytes);
+    if (detail::ledger* const up = ledger_->parent()) {
+      up->observe(report_.peak_used_bytes, report_.peak_reserved_bytes);
+      up->close_child(ledger_);
+    }
     if (recorder* r = pool_.attached_recorder())
       r->end_session(scope_, report_.leaked_allocations, report_.leaked_bytes);
     nvtx_.end();
-    ledger_->release();  // buffers that leaked keep the ledger alive for themselves
-    ledger_ = nullptr;
     if (error) {
       if (may_throw) std::rethrow_exception(error);
       // From the destructor: the steps' failure is reported, and the report is still handed on.
@@ -423,11 +472,10 @@ class session {
     }
   }
 
-  session* parent_;
   memory_pool_ref pool_;
   stream_ref stream_;
   session_options options_;
-  detail::ledger* ledger_ = nullptr;
+  detail::ledger* ledger_ = nullptr;  // until the destructor; leaked buffers keep it longer
   std::optional<std::size_t> saved_threshold_;
   std::chrono::steady_clock::time_point start_;
   int exceptions_at_entry_ = 0;

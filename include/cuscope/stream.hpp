@@ -149,7 +149,7 @@ class stream {
   /// device is unchanged afterwards.
   /// @throws std::invalid_argument for a device that does not exist; cuda_error when CUDA fails.
   explicit stream(const stream_options& options = {}) : flags_(options.flags) {
-    device_ = options.device < 0 ? current_device() : options.device;
+    device_ = options.device == -1 ? current_device() : options.device;
     detail::check_device(device_, "cuscope::stream");
     scoped_device on(device_);
     CUSCOPE_DETAIL_TRY_FOR(cudaStreamCreateWithPriority(&stream_, flags_, options.priority),

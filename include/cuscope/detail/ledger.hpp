@@ -1,11 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // The count of a session's live allocations, shared with the buffers it made so that a buffer can
-// outlive the session (a leak) without touching freed memory.
+// outlive the session (a leak) without touching freed memory, and with the sessions nested in it
+// so that a nested session never touches its parent session's object.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "../error.hpp"
 #include "format.hpp"
@@ -13,12 +20,21 @@
 namespace cuscope::detail {
 
 /// Live allocations and bytes charged to a session, with an optional budget that also counts
-/// against every enclosing session's budget. Reference counted: the session holds one reference
-/// and each buffer charged to it another.
+/// against every enclosing session's budget. Reference counted: the session holds one reference,
+/// each buffer charged to it another, and each nested session's ledger one on its parent's.
+///
+/// It also knows the streams the session synchronizes by name (its own and those listed), and
+/// whether memory was handed out or moved onto any other stream, in which case the session
+/// synchronizes the device: a stream it was not told about may be destroyed before the end.
 class ledger {
  public:
-  ledger(ledger* parent, std::size_t budget_bytes, std::string name)
-      : parent_(parent), budget_(budget_bytes), name_(std::move(name)) {
+  ledger(ledger* parent, std::size_t budget_bytes, std::string name, cudaStream_t stream,
+         std::vector<cudaStream_t> listed)
+      : parent_(parent),
+        budget_(budget_bytes),
+        name_(std::move(name)),
+        stream_(stream),
+        listed_(std::move(listed)) {
     if (parent_ != nullptr) parent_->retain();
   }
   ledger(const ledger&) = delete;
@@ -34,10 +50,12 @@ class ledger {
     }
   }
 
-  /// Counts an allocation of bytes here and in every enclosing ledger, and takes a reference
-  /// for the buffer. Throws out_of_memory, changing nothing, when a budget would be exceeded.
-  void charge(std::size_t bytes) {
+  /// Counts an allocation of bytes on stream here and in every enclosing ledger, and takes a
+  /// reference for the buffer. Throws out_of_memory, changing nothing, when a budget would be
+  /// exceeded.
+  void charge(std::size_t bytes, cudaStream_t stream) {
     for (ledger* l = this; l != nullptr; l = l->parent_) {
+      if (stream != l->stream_) l->note_stream(stream);
       if (l->budget_ == 0) {
         l->bytes_.fetch_add(bytes, std::memory_order_relaxed);
         continue;
@@ -70,21 +88,79 @@ class ledger {
     release();
   }
 
+  /// An allocation charged here is now freed on stream (device_allocation::set_stream).
+  void moved_to(cudaStream_t stream) noexcept {
+    for (ledger* l = this; l != nullptr; l = l->parent_)
+      if (stream != l->stream_) l->note_stream(stream);
+  }
+
+  /// Whether memory was handed out or moved onto a stream neither the session's own nor listed.
+  bool other_streams() const noexcept { return other_streams_.load(std::memory_order_relaxed); }
+
+  // Nesting. The parent's ledger knows its open nested sessions, so that the session cannot
+  // finish while one is open and can name it.
+
+  /// Registers child as open in this ledger; false when this ledger's session has finished.
+  bool open_child(ledger* child) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) return false;
+    children_.push_back(child);
+    return true;
+  }
+
+  /// The nested session of child has ended.
+  void close_child(ledger* child) noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = std::find(children_.begin(), children_.end(), child);
+    if (it != children_.end()) children_.erase(it);
+  }
+
+  /// Marks this ledger's session finished, unless a nested session is open (or force): returns
+  /// the names of the open ones ("'a', 'b'"), empty when it is closed.
+  std::string close(bool force) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    std::string open;
+    for (const ledger* c : children_)
+      open += (open.empty() ? "'" : ", '") + c->name_ + "'";
+    if (open.empty() || force) closed_ = true;
+    return open;
+  }
+
+  /// Passes on peaks of the pool seen by a nested session (thread-safe).
+  void observe(std::size_t used_peak, std::size_t reserved_peak) noexcept {
+    raise(observed_used_, used_peak);
+    raise(observed_reserved_, reserved_peak);
+  }
+  std::size_t observed_used_peak() const noexcept {
+    return observed_used_.load(std::memory_order_relaxed);
+  }
+  std::size_t observed_reserved_peak() const noexcept {
+    return observed_reserved_.load(std::memory_order_relaxed);
+  }
+
   std::size_t live_bytes() const noexcept { return bytes_.load(std::memory_order_relaxed); }
   std::size_t live_allocations() const noexcept { return count_.load(std::memory_order_relaxed); }
   std::size_t peak_bytes() const noexcept { return peak_.load(std::memory_order_relaxed); }
   std::size_t budget_bytes() const noexcept { return budget_; }
   const std::string& name() const noexcept { return name_; }
+  ledger* parent() const noexcept { return parent_; }
 
  private:
   ~ledger() = default;
 
-  void raise_peak() noexcept {
-    const std::size_t now = bytes_.load(std::memory_order_relaxed);
-    std::size_t peak = peak_.load(std::memory_order_relaxed);
-    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  void note_stream(cudaStream_t stream) noexcept {
+    if (other_streams_.load(std::memory_order_relaxed)) return;
+    if (std::find(listed_.begin(), listed_.end(), stream) != listed_.end()) return;
+    other_streams_.store(true, std::memory_order_relaxed);
+  }
+
+  static void raise(std::atomic<std::size_t>& peak, std::size_t now) noexcept {
+    std::size_t seen = peak.load(std::memory_order_relaxed);
+    while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
     }
   }
+
+  void raise_peak() noexcept { raise(peak_, bytes_.load(std::memory_order_relaxed)); }
 
   [[noreturn]] CUSCOPE_DETAIL_COLD void over_budget(std::size_t bytes, std::size_t live) const {
     throw out_of_memory(bytes,
@@ -98,10 +174,18 @@ class ledger {
   ledger* parent_;
   std::size_t budget_;
   std::string name_;
+  cudaStream_t stream_;
+  std::vector<cudaStream_t> listed_;
   std::atomic<std::size_t> refs_{1};
   std::atomic<std::size_t> bytes_{0};
   std::atomic<std::size_t> count_{0};
   std::atomic<std::size_t> peak_{0};
+  std::atomic<std::size_t> observed_used_{0};
+  std::atomic<std::size_t> observed_reserved_{0};
+  std::atomic<bool> other_streams_{false};
+  std::mutex mutex_;  // children_ and closed_
+  std::vector<ledger*> children_;
+  bool closed_ = false;
 };
 
 }  // namespace cuscope::detail
