@@ -207,6 +207,9 @@ void teardown(state& g) {
   g.sticky = cudaSuccess;
   g.revoked.clear();
   g.faults_seen.clear();
+  g.misuses_seen.clear();
+  g.recent_frees.clear();
+  g.recent_free_order.clear();
 }
 
 std::string pointer_text(const void* p) {
@@ -467,6 +470,12 @@ std::string fault_report() {
   state& g = global();
   std::lock_guard<std::recursive_mutex> lock(g.mutex);
   return g.faults_seen;
+}
+
+std::string misuse_report() {
+  state& g = global();
+  std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  return g.misuses_seen;
 }
 
 std::size_t pending_operations() {

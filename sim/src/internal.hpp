@@ -182,6 +182,9 @@ struct CUmemPoolHandle_st {
   bool hw_decompress = false;  // cudaMemPoolCreateUsageHwDecompress
   bool follow_event_dependencies = true;
   bool allow_internal_dependencies = true;
+  // A free of its memory on a stream of another device ran since the last release at a
+  // synchronization.
+  bool foreign_frees_ran = false;
   std::map<int, cudaMemAccessFlags> peer_access;  // granted by cudaMemPoolSetAccess
   cuscope::sim::detail::device_backing backing;
   cuscope::sim::detail::pool_allocator allocator;  // after backing, which it uses
@@ -209,6 +212,15 @@ struct device_allocation {
   std::uint64_t stream_id = 0;
   std::uint64_t call = 0;
   const char* api = "";
+};
+
+// A device allocation freed recently, kept to name a second free of its pointer.
+struct freed_allocation {
+  std::size_t size = 0;
+  std::uint64_t alloc_call = 0;
+  const char* alloc_api = "";
+  std::uint64_t free_call = 0;
+  const char* free_api = "";
 };
 
 struct host_allocation {
@@ -284,6 +296,10 @@ struct state {
   bool resetting = false;
   std::string abandoned_report;  // what reset() abandoned
   std::string faults_seen;       // fault_report()
+  std::string misuses_seen;      // misuse_report()
+  // The last frees of device memory, by pointer, until the address is allocated again.
+  std::map<std::uintptr_t, freed_allocation> recent_frees;
+  std::deque<std::pair<std::uintptr_t, std::uint64_t>> recent_free_order;  // pointer, free call
 };
 
 state& global();
@@ -367,6 +383,13 @@ bool usable_by(state& g, std::uintptr_t p, std::size_t bytes, std::uint64_t tick
                const char* what);
 // Gives memory from cudaMalloc back to its device.
 void release_malloc(state& g, std::uintptr_t ptr, std::size_t footprint, int device);
+// Remembers that api freed allocation a, to name a later second free of its pointer.
+void remember_free(state& g, const device_allocation& a, const char* api);
+// The address ptr holds a new allocation: a free of it is no longer a second free.
+void forget_free(state& g, std::uintptr_t ptr);
+// A free by api of ptr, which is no live allocation: reports the misuse in misuse_report() and
+// returns cudaErrorInvalidValue.
+cudaError_t invalid_free(state& g, const void* ptr, const char* api);
 
 // Streams, events, execution and host functions (streams.cpp).
 CUstream_st* create_stream(state& g, int device, unsigned flags, int priority,

@@ -182,6 +182,52 @@ const revoked_range* revoked_for(const state& g, std::uintptr_t p, std::size_t b
   return nullptr;
 }
 
+void remember_free(state& g, const device_allocation& a, const char* api) {
+  constexpr std::size_t kept = 4096;
+  g.recent_frees[a.ptr] = freed_allocation{a.size, a.call, a.api, g.calls, api};
+  g.recent_free_order.emplace_back(a.ptr, g.calls);
+  if (g.recent_free_order.size() > kept) {
+    const auto [ptr, call] = g.recent_free_order.front();
+    g.recent_free_order.pop_front();
+    const auto it = g.recent_frees.find(ptr);
+    if (it != g.recent_frees.end() && it->second.free_call == call) g.recent_frees.erase(it);
+  }
+}
+
+void forget_free(state& g, std::uintptr_t ptr) {
+  if (!g.recent_frees.empty()) g.recent_frees.erase(ptr);
+}
+
+cudaError_t invalid_free(state& g, const void* ptr, const char* api) {
+  const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+  char line[400];
+  if (const auto freed = g.recent_frees.find(p); freed != g.recent_frees.end()) {
+    const freed_allocation& f = freed->second;
+    std::snprintf(line, sizeof line,
+                  "%s(%p) (call #%zu): a second free of the %zu bytes that %s (call #%" PRIu64
+                  ") allocated and %s (call #%" PRIu64 ") freed\n",
+                  api, ptr, g.calls, f.size, f.alloc_api, f.alloc_call, f.free_api, f.free_call);
+  } else if (auto next = g.device_allocs.upper_bound(p);
+             next != g.device_allocs.begin() &&
+             p < std::prev(next)->second.ptr + std::prev(next)->second.size) {
+    const device_allocation& a = std::prev(next)->second;
+    std::snprintf(line, sizeof line,
+                  "%s(%p) (call #%zu): the pointer is %zu bytes into the %zu bytes that %s "
+                  "(call #%" PRIu64
+                  ") allocated at %p; a free takes the pointer the allocation "
+                  "returned\n",
+                  api, ptr, g.calls, static_cast<std::size_t>(p - a.ptr), a.size, a.api, a.call,
+                  reinterpret_cast<void*>(a.ptr));
+  } else {
+    std::snprintf(line, sizeof line,
+                  "%s(%p) (call #%zu): not device memory that the simulated runtime allocated, "
+                  "or freed so long ago that it no longer remembers it\n",
+                  api, ptr, g.calls);
+  }
+  g.misuses_seen += line;
+  return cudaErrorInvalidValue;
+}
+
 bool usable_by(state& g, std::uintptr_t p, std::size_t bytes, std::uint64_t ticket,
                const char* what) {
   if (const revoked_range* found = revoked_for(g, p, bytes, ticket)) {
@@ -510,6 +556,7 @@ cudaError_t allocate_device(state& g, void** ptr, std::size_t bytes, const char*
     a.kind = alloc_kind::malloc;
     a.call = g.calls;
     a.api = api_name;
+    forget_free(g, a.ptr);
     g.device_allocs.emplace(a.ptr, a);
     *ptr = reinterpret_cast<void*>(r.va);
     return cudaSuccess;
@@ -578,8 +625,9 @@ cudaError_t CUDARTAPI cudaFree(void* ptr) {
       const auto managed = g.host_allocs.find(reinterpret_cast<std::uintptr_t>(ptr));
       if (managed != g.host_allocs.end() && managed->second.managed)
         return free_managed(g, managed);
-      return cudaErrorInvalidValue;
+      return invalid_free(g, ptr, "cudaFree");
     }
+    remember_free(g, it->second, "cudaFree");
     // CUDA promises no synchronization for stream-ordered memory and only allows it for the
     // rest: by default the memory goes at once, and earlier work that still touches it faults.
     if (g.config.free_synchronizes)

@@ -77,6 +77,7 @@ cudaError_t pool_allocate(state& g, CUmemPoolHandle_st& pool, std::size_t bytes,
   a.stream_id = s.id;
   a.call = g.calls;
   a.api = api;
+  forget_free(g, ptr);
   g.device_allocs.emplace(ptr, a);
   // Fresh memory holds garbage once the allocation runs in stream order.
   const std::uint64_t ticket = g.next_ticket;
@@ -104,9 +105,11 @@ cudaError_t pool_free(state& g, std::map<std::uintptr_t, device_allocation>::ite
     return cudaSuccess;
   }
   const pending_free f = pool->allocator.free_later(a.place, free_tag{s->id, s->enqueued + 1});
-  enqueue(g, *s, [pool, f] {
+  const bool foreign = s->device != pool->device;
+  enqueue(g, *s, [pool, f, foreign] {
     poison(f.chunk->mem.host + f.offset, std::min(f.size, poison_limit));
     pool->allocator.complete(f);
+    if (foreign) pool->foreign_frees_ran = true;
     pool_release_if_destroyed(*pool);
   });
   return cudaSuccess;
@@ -119,7 +122,11 @@ void pool_release_if_destroyed(CUmemPoolHandle_st& pool) {
 
 void after_synchronize(state& g, int device) {
   for (auto& p : g.pools) {
-    if (p->device != device) continue;
+    // The synchronized device's pools, and a pool of another device whose memory was freed on one
+    // of its streams (CUDA's sample streamOrderedAllocationP2P frees device 0's memory on a
+    // device 1 stream).
+    if (p->device != device && !p->foreign_frees_ran) continue;
+    if (p->device != device) p->foreign_frees_ran = false;
     if (p->allocator.reserved() > p->release_threshold)
       p->allocator.trim(static_cast<std::size_t>(
           std::min<std::uint64_t>(p->release_threshold, std::numeric_limits<std::size_t>::max())));
@@ -168,7 +175,8 @@ cudaError_t free_async(void* ptr, cudaStream_t stream, bool ptds) {
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
     if (ptr == nullptr) return cudaSuccess;
     const auto it = g.device_allocs.find(reinterpret_cast<std::uintptr_t>(ptr));
-    if (it == g.device_allocs.end()) return cudaErrorInvalidValue;
+    if (it == g.device_allocs.end()) return invalid_free(g, ptr, "cudaFreeAsync");
+    remember_free(g, it->second, "cudaFreeAsync");
     if (it->second.kind == alloc_kind::stream_ordered) return pool_free(g, it, s);
     // Memory from cudaMalloc may be freed in stream order too: the allocation is gone now, its
     // memory goes back to the device when the free runs.

@@ -405,4 +405,42 @@ TEST_CASE("sim: cudaMemcpyPeer copies between the memory of two devices", "[sim]
   REQUIRE(cudaFree(a) == cudaSuccess);
 }
 
+TEST_CASE("sim: a second free, a free inside an allocation and a foreign free are named", "[sim]") {
+  device_guard device;
+  cudaStream_t s = nullptr;
+  REQUIRE(cudaStreamCreate(&s) == cudaSuccess);
+  void* p = nullptr;
+  REQUIRE(cudaMallocAsync(&p, 4096, s) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(p, s) == cudaSuccess);
+  CHECK(cuscope::sim::misuse_report().empty());
+  CHECK(cudaFreeAsync(p, s) == cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  std::string report = cuscope::sim::misuse_report();
+  CHECK(report.find("cudaFreeAsync(") != std::string::npos);
+  CHECK(report.find("a second free of the 4096 bytes that cudaMallocAsync") != std::string::npos);
+  void* m = nullptr;
+  REQUIRE(cudaMalloc(&m, 1024) == cudaSuccess);
+  CHECK(cudaFree(static_cast<char*>(m) + 16) == cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  report = cuscope::sim::misuse_report();
+  CHECK(report.find("16 bytes into the 1024 bytes that cudaMalloc") != std::string::npos);
+  REQUIRE(cudaFree(m) == cudaSuccess);
+  CHECK(cudaFree(m) == cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  int local = 0;
+  CHECK(cudaFree(&local) == cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  report = cuscope::sim::misuse_report();
+  CHECK(report.find("cudaFree(") != std::string::npos);
+  CHECK(report.find("that cudaMalloc (call #") != std::string::npos);
+  CHECK(report.find("not device memory that the simulated runtime allocated") != std::string::npos);
+  // An address allocated again is a new allocation: its free is no misuse.
+  const std::string before = cuscope::sim::misuse_report();
+  void* again = nullptr;
+  REQUIRE(cudaMalloc(&again, 1024) == cudaSuccess);
+  REQUIRE(cudaFree(again) == cudaSuccess);
+  CHECK(cuscope::sim::misuse_report() == before);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
+
 #endif

@@ -630,4 +630,24 @@ TEST_CASE("sim: memory freed on one stream is reused on another only in stream o
   REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
 }
 
+TEST_CASE("sim: memory freed on another device's stream goes back at that stream's synchronization",
+          "[sim]") {
+  // CUDA's streamOrderedAllocationP2P sample frees device 0's memory on a device 1 stream.
+  device_guard device({2});
+  cudaMemPool_t pool = make_pool(0);
+  cudaStream_t s0 = make_stream();
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  cudaStream_t s1 = make_stream();
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  void* p = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&p, 4 * MiB, pool, s0) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s0) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(p, s1) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s1) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 0);
+  REQUIRE(cudaStreamDestroy(s1) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s0) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
 #endif

@@ -108,6 +108,12 @@ template <class T>
 /// device memory no longer reserved. Each also set the sticky cudaErrorIllegalAddress.
 [[nodiscard]] std::string fault_report();
 
+/// @brief One line per misuse of the runtime that the simulation recognised since the last reset,
+/// with the call numbers involved: a second free of the same pointer (cudaFree or cudaFreeAsync),
+/// a free of a pointer inside an allocation, a free of memory it never allocated. Each call also
+/// returned cudaErrorInvalidValue, as on a GPU.
+[[nodiscard]] std::string misuse_report();
+
 /// @brief Operations enqueued on streams of any device and not yet run (always 0 in eager mode).
 [[nodiscard]] std::size_t pending_operations();
 
