@@ -364,6 +364,51 @@ void probe_default_pool(cudaStream_t s) {
   put("error.destroy_the_default_pool", answer(cudaMemPoolDestroy(def)));
 }
 
+// Free memory in pieces: is it remapped for a larger request, or does the pool grow? And how
+// much a threshold and a trim keep of one large free block and around a live allocation.
+void probe_remap_and_release_amounts(cudaStream_t s) {
+  cudaMemPool_t pool = make_pool(keep_all);
+  if (pool == nullptr) return;
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  void* d = nullptr;
+  if (PROBE_TRY(cudaMallocFromPoolAsync(&a, 32 * MiB, pool, s)) &&
+      PROBE_TRY(cudaMallocFromPoolAsync(&b, 32 * MiB, pool, s)) &&
+      PROBE_TRY(cudaMallocFromPoolAsync(&c, 32 * MiB, pool, s))) {
+    (void)PROBE_TRY(cudaFreeAsync(a, s));
+    (void)PROBE_TRY(cudaFreeAsync(c, s));
+    (void)PROBE_TRY(cudaStreamSynchronize(s));
+    put("remap.reserved_with_b_live", mib(reserved(pool)));
+    if (PROBE_TRY(cudaMallocFromPoolAsync(&d, 64 * MiB, pool, s)))
+      put("remap.reserved_after_64_MiB_from_a_and_c", mib(reserved(pool)));
+    for (void* p : {b, d})
+      if (p != nullptr) (void)PROBE_TRY(cudaFreeAsync(p, s));
+  }
+  empty_pool(pool, s);
+  void* big = nullptr;
+  if (PROBE_TRY(cudaMallocFromPoolAsync(&big, 256 * MiB, pool, s))) {
+    (void)PROBE_TRY(cudaFreeAsync(big, s));
+    (void)PROBE_TRY(cudaStreamSynchronize(s));
+    set_threshold(pool, 100 * MiB);
+    (void)PROBE_TRY(cudaStreamSynchronize(s));
+    put("release.threshold_100_MiB_keeps_of_256_MiB", mib(reserved(pool)));
+    set_threshold(pool, keep_all);
+  }
+  empty_pool(pool, s);
+  void* live = nullptr;
+  if (PROBE_TRY(cudaMallocFromPoolAsync(&big, 128 * MiB, pool, s)) &&
+      PROBE_TRY(cudaFreeAsync(big, s)) &&
+      PROBE_TRY(cudaMallocFromPoolAsync(&live, 1 * MiB, pool, s))) {
+    (void)PROBE_TRY(cudaStreamSynchronize(s));
+    (void)PROBE_TRY(cudaMemPoolTrimTo(pool, 0));
+    put("trim.keeps_around_1_MiB_live_in_128_MiB", mib(reserved(pool)));
+    (void)PROBE_TRY(cudaFreeAsync(live, s));
+  }
+  empty_pool(pool, s);
+  (void)PROBE_TRY(cudaMemPoolDestroy(pool));
+}
+
 void probe_errors(cudaStream_t s) {
   int on_stack = 0;
   put("error.cudaFree_of_a_host_pointer", answer(cudaFree(&on_stack)));
@@ -386,6 +431,12 @@ void probe_errors(cudaStream_t s) {
   p = nullptr;
   if (PROBE_TRY(cudaMallocFromPoolAsync(&p, 4 * KiB, pool, s)) && PROBE_TRY(cudaFreeAsync(p, s)))
     put("error.second_cudaFreeAsync_of_a_pointer", answer(cudaFreeAsync(p, s)));
+  void* m = nullptr;
+  if (PROBE_TRY(cudaMalloc(&m, 4 * KiB))) {
+    put("error.cudaFree_inside_an_allocation", answer(cudaFree(static_cast<char*>(m) + 256)));
+    (void)PROBE_TRY(cudaFree(m));
+    put("error.second_cudaFree_of_a_pointer", answer(cudaFree(m)));
+  }
   empty_pool(pool, s);
   (void)PROBE_TRY(cudaMemPoolDestroy(pool));
 }
@@ -446,6 +497,7 @@ int main() {
   probe_partial_trim(s);
   probe_meminfo(s);
   probe_release_at_sync();
+  probe_remap_and_release_amounts(s);
   probe_reuse_after_query();
   probe_queries(s);
   probe_default_pool(s);
