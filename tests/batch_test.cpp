@@ -1016,3 +1016,39 @@ TEST_CASE("batch: a stream of another device than the pool's is refused when the
 }
 
 #endif
+
+TEST_CASE("batch: batches(session, ...) are counted by the session and kept within its budget",
+          "[batch]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  std::vector<value_t> source(1 << 20);
+  for (std::size_t i = 0; i < source.size(); ++i)
+    source[i] = static_cast<value_t>(i);
+  const std::size_t batch_bytes = 4096 * sizeof(value_t);
+  cuscope::session_options o;
+  o.name = "request";
+  o.budget_bytes = batch_bytes;  // one batch's buffer, where depth 2 needs two
+  cuscope::session work(pool, s, o);
+  CHECK_THROWS_AS(batches(work, source, 4096), cuscope::out_of_memory);
+  CHECK_THROWS_WITH(batches(work, source, 4096), contains("session 'request', whose budget"));
+  CHECK(work.live_bytes() == 0);
+  batch_options adapt;
+  adapt.adapt_to_memory = true;
+  {
+    auto range = batches(work, source, 4096, adapt);
+    CHECK(range.batch_size() == 2048);  // halved until two buffers fit the budget
+    CHECK(work.live_allocations() == 2);
+    CHECK(work.live_bytes() == batch_bytes);
+    std::size_t seen = 0;
+    for (const auto& b : range)
+      seen += b.size();
+    CHECK(seen == source.size());
+  }
+  CHECK(work.live_bytes() == 0);
+  const cuscope::session_report& r = work.finish();
+  CHECK(r.tracked_peak_bytes == batch_bytes);
+  CHECK_FALSE(r.leaked());
+  CHECK_FALSE(r.synchronized_device);  // the range synchronized its own stream
+  CHECK_THROWS_AS(batches(work, source, 4096), std::logic_error);
+}

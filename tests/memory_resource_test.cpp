@@ -11,6 +11,7 @@
 #  include <cuda/memory_pool>
 #endif
 #include <cuscope/memory_pool.hpp>
+#include <cuscope/session.hpp>
 #include <cuscope/stream.hpp>
 #include <stdexcept>
 #include <type_traits>
@@ -34,7 +35,9 @@ bool aligned(const void* p, std::size_t alignment) {
 
 }  // namespace
 
-static_assert(std::is_trivially_copyable_v<pool_resource>);
+// Copies are cheap and never throw; one from a session holds a counted reference to its accounting.
+static_assert(std::is_nothrow_copy_constructible_v<pool_resource>);
+static_assert(std::is_nothrow_move_constructible_v<pool_resource>);
 static_assert(!std::is_default_constructible_v<pool_resource>, "a resource needs a pool");
 static_assert(noexcept(std::declval<pool_resource&>().deallocate(std::declval<cuda::stream_ref>(),
                                                                  std::declval<void*>(),
@@ -313,3 +316,32 @@ TEST_CASE("pool_resource: a failing runtime call throws and leaks nothing",
 }
 
 #endif
+
+TEST_CASE("pool_resource: a resource from a session is counted by it", "[memory_resource]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  cuscope::session_options o;
+  o.name = "mr";
+  o.budget_bytes = 2 * MiB;
+  o.on_leak = cuscope::leak_policy::ignore;
+  cuscope::session work(pool, s, o);
+  pool_resource r(work);
+  CHECK(r.accounting() == work.accounting());
+  CHECK(r.sync_stream() == work.stream());
+  CHECK(r != pool_resource(pool));
+  const cuda::stream_ref cs(s.get());
+  void* a = r.allocate(cs, MiB, 256);
+  CHECK(work.live_bytes() == MiB);
+  CHECK_THROWS_AS(r.allocate(cs, 2 * MiB, 256), cuscope::out_of_memory);
+  void* b = r.allocate_sync(MiB / 2);
+  CHECK(work.live_allocations() == 2);
+  r.deallocate_sync(b, MiB / 2);
+  const cuscope::session_report& rep = work.finish();
+  CHECK(rep.leaked_allocations == 1);
+  CHECK(rep.leaked_bytes == MiB);
+  CHECK_THROWS_AS(r.allocate(cs, MiB, 256), std::logic_error);
+  r.deallocate(cs, a, MiB, 256);
+  CHECK(work.live_allocations() == 1);  // the report's figure, fixed at the end
+  s.synchronize();
+}

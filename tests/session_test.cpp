@@ -559,3 +559,87 @@ TEST_CASE("session: a nested session cannot begin in a parent that is finishing 
   CHECK_THROWS_WITH(session(*outer, "late"),
                     contains("session 'late': its parent session 'outer' has finished"));
 }
+
+TEST_CASE("session: allocate and deallocate count raw memory against the budget and leak check",
+          "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.name = "raw";
+  o.budget_bytes = 4 * MiB;
+  o.on_leak = leak_policy::ignore;
+  session work(pool, s, o);
+  void* p = work.allocate(s, 3 * MiB);
+  CHECK(work.live_bytes() == 3 * MiB);
+  CHECK_THROWS_WITH(work.allocate(s, 2 * MiB), contains("session 'raw', whose budget"));
+  work.deallocate(s, p, 3 * MiB);
+  CHECK(work.live_bytes() == 0);
+  void* leaked = work.allocate(s, MiB);
+  const session_report& r = work.finish();
+  CHECK(r.leaked_allocations == 1);
+  CHECK(r.leaked_bytes == MiB);
+  CHECK(r.untracked_bytes == 0);  // counted, so not untracked
+  CHECK_THROWS_AS(work.allocate(s, MiB), std::logic_error);
+  work.deallocate(s, leaked, MiB);  // a leak may still be returned through the session
+  s.synchronize();
+}
+
+TEST_CASE("session: raw pool memory that outlives the session is reported as an untracked leak",
+          "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  void* before = pool.allocate(s, 2 * MiB);  // live at entry: not the session's
+  session_options o;
+  o.name = "raw leak";
+  o.on_leak = leak_policy::ignore;
+  void* p = nullptr;
+  {
+    session work(pool, s, o);
+    auto counted = work.make_buffer<char>(4 * MiB);
+    p = pool.allocate(s, MiB);  // behind the session's back
+    const session_report& r = work.finish();
+    CHECK(r.untracked_bytes == MiB);
+    CHECK(r.untracked_leak);
+    CHECK(r.leaked());
+    CHECK(r.leaked_allocations == 1);
+    CHECK_THAT(r.to_string(), contains("LEAKED 1.00 MiB more in use in the pool than at entry"));
+  }
+  pool.deallocate(s, p, MiB);
+  {
+    o.untracked_leaks = false;
+    session work(pool, s, o);
+    p = pool.allocate(s, MiB);
+    const session_report& r = work.finish();
+    CHECK(r.untracked_bytes == MiB);
+    CHECK_FALSE(r.untracked_leak);
+    CHECK_FALSE(r.leaked());
+    CHECK_THAT(r.to_string(), contains("(not counted as a leak)"));
+  }
+  pool.deallocate(s, p, MiB);
+  pool.deallocate(s, before, 2 * MiB);
+  s.synchronize();
+}
+
+TEST_CASE("session: raw allocations beside a sibling session are reported, not blamed",
+          "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session outer(pool, s, "service");
+  session_options o;
+  o.on_leak = leak_policy::ignore;
+  void* p = nullptr;
+  {
+    session a(outer, o);
+    session b(outer, o);
+    auto counted = b.make_buffer<char>(MiB);  // tracked in the tree: not untracked for a
+    p = pool.allocate(s, MiB);
+    const session_report& ra = a.finish();
+    CHECK(ra.untracked_bytes == MiB);
+    CHECK_FALSE(ra.untracked_leak);  // b ran beside it
+  }
+  pool.deallocate(s, p, MiB);
+  CHECK_FALSE(outer.finish().leaked());
+}

@@ -14,6 +14,7 @@
 #include <thrust/memory.h>
 #include <cstddef>
 #include <cuscope/memory_pool.hpp>
+#include <cuscope/session.hpp>
 #include <cuscope/stream.hpp>
 #include <cuscope/thrust.hpp>
 #include <limits>
@@ -253,3 +254,46 @@ TEST_CASE("thrust_allocator: a failing runtime call leaves the vector as it was 
 }
 
 #endif
+
+TEST_CASE("thrust_allocator: an allocator and a policy from a session are counted by it",
+          "[thrust]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  cuscope::session_options o;
+  o.name = "thrust";
+  o.budget_bytes = 2 * MiB;
+  o.on_leak = cuscope::leak_policy::ignore;
+  cuscope::session work(pool, s, o);
+  {
+    vector<int> v{thrust_allocator<int>(work)};
+    CHECK(v.get_allocator().accounting() == work.accounting());
+    v.reserve(ints_per_MiB);
+    CHECK(work.live_bytes() == MiB);
+    CHECK_THROWS_AS(v.reserve(3 * ints_per_MiB), cuscope::out_of_memory);
+    CHECK(work.live_bytes() == MiB);
+    vector<int> w(v.get_allocator());
+    w.reserve(ints_per_MiB / 2);
+    CHECK(work.live_allocations() == 2);
+  }
+  CHECK(work.live_bytes() == 0);
+  {
+    auto policy = cuscope::thrust_policy(work);
+    auto buffer = thrust::get_temporary_buffer<int>(policy, ints_per_MiB);
+    CHECK(work.live_bytes() == MiB);
+    thrust::return_temporary_buffer(policy, buffer.first, buffer.second);
+    CHECK(work.live_bytes() == 0);
+    auto sync_policy = cuscope::thrust_policy_sync(work);
+    CHECK_THROWS_AS(thrust::get_temporary_buffer<int>(sync_policy, 3 * ints_per_MiB),
+                    cuscope::out_of_memory);
+  }
+  const thrust_allocator<int> kept(work);
+  vector<int> leak(kept);
+  leak.reserve(ints_per_MiB);
+  const cuscope::session_report& r = work.finish();
+  CHECK(r.leaked_allocations == 1);
+  CHECK(r.leaked_bytes == MiB);
+  CHECK(r.tracked_peak_bytes == 3 * MiB / 2);
+  vector<int> late(kept);
+  CHECK_THROWS_AS(late.reserve(1), std::logic_error);
+}

@@ -347,9 +347,11 @@ class batch_range {
 
   batch_range(stream_ref stream, const T* host, std::size_t elements,
               typename pipeline::producer produce, std::size_t batch_size, memory_pool_ref pool,
-              const batch_options& options, const batch_output<Out>* output)
+              const batch_options& options, const batch_output<Out>* output,
+              detail::ledger* accounting)
       : stream_(stream.get()) {
     detail::batch_config c;
+    c.accounting = accounting;
     c.depth = options.depth;
     c.sample_elements = options.sample_elements;
     c.adapt_to_memory = options.adapt_to_memory;
@@ -383,9 +385,10 @@ struct batch_access {
   static batch_range<T, Out> make(stream_ref stream, const T* host, std::size_t elements,
                                   std::function<void(std::size_t, std::size_t, T*)> produce,
                                   std::size_t batch_size, memory_pool_ref pool,
-                                  const batch_options& options, const batch_output<Out>* output) {
+                                  const batch_options& options, const batch_output<Out>* output,
+                                  ledger* accounting = nullptr) {
     return batch_range<T, Out>(stream, host, elements, std::move(produce), batch_size, pool,
-                               options, output);
+                               options, output, accounting);
   }
 };
 
@@ -488,6 +491,69 @@ template <class T, class U>
   return detail::batch_access::make<T, U>(
       stream, nullptr, detail::sample_elements_of(source.samples, options), std::move(source.fill),
       batch_size, pool, options, &output);
+}
+
+// Batches counted by a session ---------------------------------------------------------------
+
+/// @brief batches(session.stream(), data, count, batch_size, session.pool(), options), its device
+/// buffers counted by the session (its budget, its leak check) like its make_buffer. A budget too
+/// small for the buffers refuses them as the pool would (adapt_to_memory shrinks the batch).
+/// @throws std::logic_error when the session has finished; as batches().
+template <class Session, class T, detail::if_session<Session> = 0>
+[[nodiscard]] batch_range<T> batches(Session& session, const T* data, std::size_t count,
+                                     std::size_t batch_size, const batch_options& options = {}) {
+  return detail::batch_access::make<T, void>(session.stream(), data, count, {}, batch_size,
+                                             session.pool(), options, nullptr,
+                                             session.accounting());
+}
+
+/// @brief As batches(session, data, count, batch_size, options), with results copied into
+/// output.
+template <class Session, class T, class U, detail::if_session<Session> = 0>
+[[nodiscard]] batch_range<T, U> batches(Session& session, const T* data, std::size_t count,
+                                        std::size_t batch_size, const batch_output<U>& output,
+                                        const batch_options& options = {}) {
+  return detail::batch_access::make<T, U>(session.stream(), data, count, {}, batch_size,
+                                          session.pool(), options, &output, session.accounting());
+}
+
+/// @brief The elements of source in batches counted by the session; source must outlive the
+/// range.
+template <class Session, class Range, detail::if_session<Session> = 0,
+          std::enable_if_t<detail::is_contiguous_range<Range>::value, int> = 0>
+[[nodiscard]] batch_range<detail::source_value_t<Range>> batches(
+    Session& session, const Range& source, std::size_t batch_size,
+    const batch_options& options = {}) {
+  return batches(session, source.data(), static_cast<std::size_t>(source.size()), batch_size,
+                 options);
+}
+
+/// @brief The elements of source in batches counted by the session, results copied into output.
+template <class Session, class Range, class U, detail::if_session<Session> = 0,
+          std::enable_if_t<detail::is_contiguous_range<Range>::value, int> = 0>
+[[nodiscard]] batch_range<detail::source_value_t<Range>, U> batches(
+    Session& session, const Range& source, std::size_t batch_size, const batch_output<U>& output,
+    const batch_options& options = {}) {
+  return batches(session, source.data(), static_cast<std::size_t>(source.size()), batch_size,
+                 output, options);
+}
+
+/// @brief Deleted: the temporary would be gone while the range still copies from it.
+template <
+    class Session, class Range, detail::if_session<Session> = 0,
+    std::enable_if_t<
+        detail::is_contiguous_range<Range>::value && !std::is_lvalue_reference_v<Range>, int> = 0>
+void batches(Session& session, Range&& source, std::size_t batch_size,
+             const batch_options& options = {}) = delete;
+
+/// @brief The samples a producer writes, in batches counted by the session.
+template <class Session, class T, detail::if_session<Session> = 0>
+[[nodiscard]] batch_range<T> batches(Session& session, producer_source<T> source,
+                                     std::size_t batch_size, const batch_options& options = {}) {
+  if (!source.fill) throw std::invalid_argument("cuscope::batches: a producer without a function");
+  return detail::batch_access::make<T, void>(
+      session.stream(), nullptr, detail::sample_elements_of(source.samples, options),
+      std::move(source.fill), batch_size, session.pool(), options, nullptr, session.accounting());
 }
 
 }  // namespace cuscope

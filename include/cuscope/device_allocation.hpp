@@ -19,6 +19,25 @@
 #include "stream.hpp"
 
 namespace cuscope {
+namespace detail {
+
+/// bytes from pool on stream, counted by accounting (a session's ledger; nullptr counts nothing):
+/// what a session's adaptors (Thrust allocators, memory resources) allocate through.
+/// Throws std::logic_error when the session has finished; out_of_memory.
+inline void* accounted_allocate(const memory_pool_ref& pool, stream_ref stream, std::size_t bytes,
+                                ledger* accounting, const char* who) {
+  if (accounting == nullptr || bytes == 0) return pool.allocate(stream, bytes);
+  if (accounting->closed()) allocate_after_finish(*accounting, who);
+  accounting->charge(bytes, stream.get());
+  try {
+    return pool.allocate(stream, bytes);
+  } catch (...) {
+    accounting->discharge(bytes);
+    throw;
+  }
+}
+
+}  // namespace detail
 
 /// @brief bytes of device memory from a pool, allocated on a stream and freed on that stream
 /// when the object is destroyed: the pointer, its size, the stream, the pool and its device, and

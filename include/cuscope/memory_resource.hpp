@@ -24,12 +24,15 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include <cuda/memory_resource>
 #include <cuda/stream_ref>
 
 #include "cuda_stream_ref.hpp"
+#include "detail/ledger.hpp"
 #include "device.hpp"
+#include "device_allocation.hpp"
 #include "error.hpp"
 #include "memory_pool.hpp"
 #include "stream.hpp"
@@ -59,6 +62,15 @@ class pool_resource {
                          stream_ref sync_stream = stream_ref::per_thread()) noexcept
       : pool_(pool), sync_stream_(sync_stream.get()) {}
 
+  /// @brief A resource over the session's pool, whose allocations the session counts (its
+  /// budget, its leak check) like its make_buffer; the synchronous members use the session's
+  /// stream. Allocating after the session finished throws std::logic_error.
+  template <class Session, detail::if_session<Session> = 0>
+  explicit pool_resource(Session& session)
+      : pool_(session.pool()),
+        sync_stream_(session.stream().get()),
+        ledger_(session.accounting()) {}
+
   /// @brief The pool.
   [[nodiscard]] memory_pool_ref pool() const noexcept { return pool_; }
   /// @brief The stream of the synchronous members.
@@ -73,7 +85,8 @@ class pool_resource {
   [[nodiscard]] void* allocate(stream_ref stream, std::size_t bytes,
                                std::size_t alignment = max_alignment) {
     check_alignment(alignment, bytes);
-    return pool_.allocate(stream, bytes);
+    return detail::accounted_allocate(pool_, stream, bytes, ledger_.get(),
+                                      "cuscope::pool_resource");
   }
 
   /// @brief Returns ptr to the pool in stream order on stream. Enqueued on stream; does not
@@ -81,9 +94,7 @@ class pool_resource {
   void deallocate(stream_ref stream, void* ptr, std::size_t bytes,
                   std::size_t alignment = max_alignment) noexcept {
     (void)alignment;
-    detail::free_async_nothrow(ptr, stream.get(), pool_.device());
-    if (recorder* r = pool_.attached_recorder(); r != nullptr && ptr != nullptr)
-      r->record_free(pool_.device(), pool_.get(), stream.get(), ptr, bytes);
+    free_nothrow(ptr, bytes, stream.get());
   }
 
   /// @brief bytes from the pool, usable on any stream when it returns: allocated on the sync
@@ -94,13 +105,11 @@ class pool_resource {
     check_alignment(alignment, bytes);
     const stream_ref s(sync_stream_);
     const detail::stream_device_guard on(s.get(), pool_.device());
-    void* p = pool_.allocate(s, bytes);
+    void* p = detail::accounted_allocate(pool_, s, bytes, ledger_.get(), "cuscope::pool_resource");
     try {
       s.synchronize();
     } catch (...) {
-      detail::free_async_nothrow(p, s.get(), pool_.device());
-      if (recorder* r = pool_.attached_recorder(); r != nullptr && p != nullptr)
-        r->record_free(pool_.device(), pool_.get(), s.get(), p, bytes);
+      free_nothrow(p, bytes, s.get());
       throw;
     }
     return p;
@@ -111,9 +120,7 @@ class pool_resource {
   void deallocate_sync(void* ptr, std::size_t bytes,
                        std::size_t alignment = max_alignment) noexcept {
     (void)alignment;
-    detail::free_async_nothrow(ptr, sync_stream_, pool_.device());
-    if (recorder* r = pool_.attached_recorder(); r != nullptr && ptr != nullptr)
-      r->record_free(pool_.device(), pool_.get(), sync_stream_, ptr, bytes);
+    free_nothrow(ptr, bytes, sync_stream_);
   }
 
   // CCCL 3.0 names ----------------------------------------------------------------------------
@@ -141,13 +148,16 @@ class pool_resource {
 
   // ---------------------------------------------------------------------------------------------
 
-  /// @brief True when both refer to the same pool.
+  /// @brief The accounting of the session the resource counts for; nullptr for none.
+  [[nodiscard]] detail::ledger* accounting() const noexcept { return ledger_.get(); }
+
+  /// @brief True when both refer to the same pool and count for the same session (or none).
   friend bool operator==(const pool_resource& a, const pool_resource& b) noexcept {
-    return a.pool_ == b.pool_;
+    return a.pool_ == b.pool_ && a.ledger_.get() == b.ledger_.get();
   }
-  /// @brief True when they refer to different pools.
+  /// @brief True unless both refer to the same pool and count for the same session.
   friend bool operator!=(const pool_resource& a, const pool_resource& b) noexcept {
-    return a.pool_ != b.pool_;
+    return !(a == b);
   }
 
   /// @brief The memory is device accessible (cuda::mr::device_accessible).
@@ -162,8 +172,17 @@ class pool_resource {
                                   " is not a power of two up to 256, which is all a pool gives");
   }
 
+  void free_nothrow(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept {
+    if (ptr == nullptr) return;
+    detail::free_async_nothrow(ptr, stream, pool_.device());
+    if (recorder* r = pool_.attached_recorder())
+      r->record_free(pool_.device(), pool_.get(), stream, ptr, bytes);
+    if (ledger_.get() != nullptr) ledger_.get()->discharge(bytes);
+  }
+
   memory_pool_ref pool_;
   cudaStream_t sync_stream_;
+  detail::ledger_ref ledger_;
 };
 
 #if CCCL_VERSION >= 3001000

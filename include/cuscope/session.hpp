@@ -60,15 +60,24 @@ struct session_report {
   std::size_t tracked_peak_bytes = 0;          ///< Peak of live bytes made by make_buffer.
   std::size_t leaked_allocations = 0;          ///< make_buffer allocations still live at the end.
   std::size_t leaked_bytes = 0;                ///< Their bytes.
-  bool trimmed = false;                        ///< Whether the pool was trimmed.
+  /// @brief Pool memory in use at the end beyond what was in use at entry that no allocation
+  /// counted by the session (or by the sessions it is nested in, or nested in it) accounts for: a
+  /// raw pool.allocate, another library allocating from the pool, or another session on it.
+  std::size_t untracked_bytes = 0;
+  /// @brief Whether untracked_bytes counts as a leak of this session: it is not 0,
+  /// session_options::untracked_leaks is on, and no other session nested in the same parent ran
+  /// beside this one (whose raw allocations it could not tell from its own).
+  bool untracked_leak = false;
+  bool trimmed = false;  ///< Whether the pool was trimmed.
   /// @brief Whether the end synchronized the whole device rather than the session's streams: asked
   /// for (session_options::synchronize_device), or memory was handed out on a stream the session
   /// was not given.
   bool synchronized_device = false;
   bool unwinding = false;  ///< Whether the session ended while an exception unwound the stack.
 
-  /// @brief True when allocations made through the session outlived it.
-  [[nodiscard]] bool leaked() const noexcept { return leaked_allocations != 0; }
+  /// @brief True when allocations made through the session outlived it, or memory of the pool
+  /// it cannot account for did (untracked_leak).
+  [[nodiscard]] bool leaked() const noexcept { return leaked_allocations != 0 || untracked_leak; }
 
   /// @brief A few readable lines with human units.
   [[nodiscard]] std::string to_string() const {
@@ -90,11 +99,15 @@ struct session_report {
     s += "  device free " + format_bytes(driver_free_at_entry_bytes) + " at entry, " +
          format_bytes(driver_free_at_exit_bytes) + " at exit (" + (gained ? "+" : "-") +
          format_bytes(delta) + ") of " + format_bytes(driver_total_bytes) + "\n";
-    if (leaked())
+    if (leaked_allocations != 0)
       s += "  LEAKED " + std::to_string(leaked_allocations) + " allocation" +
            (leaked_allocations == 1 ? "" : "s") + ", " + format_bytes(leaked_bytes) + "\n";
-    else
-      s += "  no leaks\n";
+    if (untracked_bytes != 0)
+      s += std::string(untracked_leak ? "  LEAKED " : "  untracked: ") +
+           format_bytes(untracked_bytes) +
+           " more in use in the pool than at entry, not allocated through the session" +
+           (untracked_leak ? "" : " (not counted as a leak)") + "\n";
+    if (!leaked()) s += "  no leaks\n";
     return s;
   }
 };
@@ -147,6 +160,12 @@ struct session_options {
   /// @brief Start the pool's peak statistics afresh at entry, so the report's peaks are the
   /// session's own (a nested session passes the earlier peaks on to its parent).
   bool reset_peaks = true;
+  /// @brief Count pool memory still in use at the end that was not allocated through the session
+  /// (session_report::untracked_bytes) as a leak. A session cannot tell its own raw allocations
+  /// from those of other code using the pool at the same time: it counts them only when no other
+  /// session nested in the same parent ran beside it, and a top-level session on a pool that other
+  /// code uses meanwhile should turn this off.
+  bool untracked_leaks = true;
 };
 
 /// @brief A scope guard over a pool and a stream around a piece of work.
@@ -232,6 +251,26 @@ class session {
         stream, detail::bytes_of<T>(count, "cuscope::device_buffer"), pool_, ledger_));
   }
 
+  /// @brief bytes from the session's pool, usable in stream order on stream, counted by the
+  /// session (its budget, its leak check) like make_buffer. Return them with deallocate().
+  /// Enqueued on stream; does not synchronize. Returns nullptr for 0 bytes.
+  /// @throws std::logic_error after finish(); out_of_memory when a budget or the pool refuses.
+  [[nodiscard]] void* allocate(stream_ref stream, std::size_t bytes) {
+    if (finished_)
+      throw std::logic_error("cuscope::session '" + options_.name +
+                             "': allocate after the session finished");
+    return detail::accounted_allocate(pool_, stream, bytes, ledger_, "cuscope::session::allocate");
+  }
+
+  /// @brief Frees ptr, bytes from allocate(), in stream order on stream, and stops counting it.
+  /// Enqueued on stream; does not synchronize.
+  /// @throws cuda_error when CUDA refuses the free (the allocation is then still counted).
+  void deallocate(stream_ref stream, void* ptr, std::size_t bytes) {
+    if (ptr == nullptr) return;
+    pool_.deallocate(stream, ptr, bytes);
+    ledger_->discharge(bytes);
+  }
+
   /// @brief Ends the session: synchronizes, counts leaks, restores the release threshold, trims,
   /// applies the leak policy. A second call does nothing and returns the same report.
   /// @throws std::logic_error, doing nothing, while a nested session is open; cuda_error when
@@ -263,6 +302,9 @@ class session {
   [[nodiscard]] std::size_t live_bytes() const noexcept {
     return finished_ ? report_.leaked_bytes : ledger_->live_bytes();
   }
+  /// @brief The accounting behind the session, for the adaptors that count for it
+  /// (thrust_allocator(session), pool_resource(session), batches(session, ...)).
+  [[nodiscard]] detail::ledger* accounting() const noexcept { return ledger_; }
   /// @brief The report; complete once finished() is true.
   [[nodiscard]] const session_report& report() const noexcept { return report_; }
 
@@ -296,7 +338,11 @@ class session {
     report_.name = options_.name;
     report_.device = pool_.device();
     const pool_stats entry = pool_.stats();
-    if (up != nullptr) up->observe(entry.used_high_bytes, entry.reserved_high_bytes);
+    tracked_at_entry_ = ledger_->root()->live_bytes();
+    if (up != nullptr) {
+      up->observe(entry.used_high_bytes, entry.reserved_high_bytes);
+      siblings_at_entry_ = up->children();
+    }
     report_.reserved_at_entry_bytes = entry.reserved_bytes;
     report_.used_at_entry_bytes = entry.used_bytes;
     read_driver(report_.driver_free_at_entry_bytes);
@@ -401,6 +447,7 @@ class session {
       const pool_stats s = pool_.stats();
       observe(s.used_high_bytes, s.reserved_high_bytes);
       report_.used_at_exit_bytes = s.used_bytes;
+      account_untracked();
       // Memory released at the synchronization by a low release threshold went back too.
       report_.reserved_at_finish_bytes =
           std::max(report_.reserved_at_finish_bytes, s.reserved_bytes);
@@ -433,6 +480,7 @@ class session {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     if (detail::ledger* const up = ledger_->parent()) {
       up->observe(report_.peak_used_bytes, report_.peak_reserved_bytes);
+      if (report_.leaked_allocations != 0) ledger_->passed_on();
       up->close_child(ledger_);
     }
     if (recorder* r = pool_.attached_recorder())
@@ -450,6 +498,24 @@ class session {
     if (options_.on_finish) options_.on_finish(report_);
     if (report_.leaked()) on_leak(may_throw);
     return report_;
+  }
+
+  // Pool memory in use beyond entry, less what the sessions of this tree allocated meanwhile and
+  // still hold. Another session nested in the same parent may allocate raw memory too: then the
+  // figure is reported but not counted as this session's leak.
+  void account_untracked() {
+    const auto tracked_now = static_cast<long long>(ledger_->root()->live_bytes());
+    const long long grown = static_cast<long long>(report_.used_at_exit_bytes) -
+                            static_cast<long long>(report_.used_at_entry_bytes) -
+                            (tracked_now - static_cast<long long>(tracked_at_entry_));
+    report_.untracked_bytes = grown > 0 ? static_cast<std::size_t>(grown) : 0;
+    bool alone = true;
+    if (detail::ledger* const up = ledger_->parent()) {
+      const auto now = up->children();
+      alone = siblings_at_entry_.first == 1 && now.first == 1 &&
+              now.second == siblings_at_entry_.second;
+    }
+    report_.untracked_leak = options_.untracked_leaks && alone && report_.untracked_bytes != 0;
   }
 
   void on_leak(bool may_throw) {
@@ -480,6 +546,8 @@ class session {
   std::chrono::steady_clock::time_point start_;
   int exceptions_at_entry_ = 0;
   std::uint32_t scope_ = 0;
+  std::size_t tracked_at_entry_ = 0;
+  std::pair<std::size_t, std::size_t> siblings_at_entry_{1, 0};
   nvtx_range nvtx_;
   bool finished_ = false;
   session_report report_;

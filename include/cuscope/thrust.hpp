@@ -27,6 +27,8 @@
 #  include <thrust/system/cuda/execution_policy.h>
 #endif
 
+#include "detail/ledger.hpp"
+#include "device_allocation.hpp"
 #include "error.hpp"
 #include "memory_pool.hpp"
 #include "stream.hpp"
@@ -44,16 +46,19 @@ class thrust_temporary_allocator {
   using size_type = std::size_t;
   using difference_type = std::ptrdiff_t;
 
-  thrust_temporary_allocator(stream_ref stream, memory_pool_ref pool) noexcept
-      : pool_(pool), stream_(stream.get()) {}
+  thrust_temporary_allocator(stream_ref stream, memory_pool_ref pool,
+                             ledger* accounting = nullptr) noexcept
+      : pool_(pool), stream_(stream.get()), ledger_(accounting) {}
 
   char* allocate(std::size_t bytes) {
-    return static_cast<char*>(pool_.allocate(stream_ref(stream_), bytes));
+    return static_cast<char*>(accounted_allocate(pool_, stream_ref(stream_), bytes, ledger_.get(),
+                                                 "cuscope::thrust_policy"));
   }
 
   void deallocate(char* ptr, std::size_t bytes) noexcept {
-    (void)bytes;
+    if (ptr == nullptr) return;
     free_async_nothrow(ptr, stream_, pool_.device());
+    if (ledger_.get() != nullptr) ledger_.get()->discharge(bytes);
   }
 
   memory_pool_ref pool() const noexcept { return pool_; }
@@ -61,7 +66,7 @@ class thrust_temporary_allocator {
 
   friend bool operator==(const thrust_temporary_allocator& a,
                          const thrust_temporary_allocator& b) noexcept {
-    return a.pool_ == b.pool_ && a.stream_ == b.stream_;
+    return a.pool_ == b.pool_ && a.stream_ == b.stream_ && a.ledger_.get() == b.ledger_.get();
   }
   friend bool operator!=(const thrust_temporary_allocator& a,
                          const thrust_temporary_allocator& b) noexcept {
@@ -71,21 +76,22 @@ class thrust_temporary_allocator {
  private:
   memory_pool_ref pool_;
   cudaStream_t stream_;
+  ledger_ref ledger_;
 };
 
 #if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
-inline auto make_thrust_policy(stream_ref stream, memory_pool_ref pool) {
-  return thrust::cuda::par_nosync(thrust_temporary_allocator(stream, pool)).on(stream.get());
+inline auto make_thrust_policy(stream_ref stream, memory_pool_ref pool, ledger* l = nullptr) {
+  return thrust::cuda::par_nosync(thrust_temporary_allocator(stream, pool, l)).on(stream.get());
 }
-inline auto make_thrust_policy_sync(stream_ref stream, memory_pool_ref pool) {
-  return thrust::cuda::par(thrust_temporary_allocator(stream, pool)).on(stream.get());
+inline auto make_thrust_policy_sync(stream_ref stream, memory_pool_ref pool, ledger* l = nullptr) {
+  return thrust::cuda::par(thrust_temporary_allocator(stream, pool, l)).on(stream.get());
 }
 #else
-inline auto make_thrust_policy(stream_ref stream, memory_pool_ref pool) {
-  return thrust::device(thrust_temporary_allocator(stream, pool));
+inline auto make_thrust_policy(stream_ref stream, memory_pool_ref pool, ledger* l = nullptr) {
+  return thrust::device(thrust_temporary_allocator(stream, pool, l));
 }
-inline auto make_thrust_policy_sync(stream_ref stream, memory_pool_ref pool) {
-  return thrust::device(thrust_temporary_allocator(stream, pool));
+inline auto make_thrust_policy_sync(stream_ref stream, memory_pool_ref pool, ledger* l = nullptr) {
+  return thrust::device(thrust_temporary_allocator(stream, pool, l));
 }
 #endif
 
@@ -112,6 +118,19 @@ using thrust_policy_sync_type = decltype(detail::make_thrust_policy_sync(
 [[nodiscard]] inline thrust_policy_sync_type thrust_policy_sync(stream_ref stream,
                                                                 memory_pool_ref pool) {
   return detail::make_thrust_policy_sync(stream, pool);
+}
+
+/// @brief thrust_policy on the session's stream and pool, its temporary storage counted by the
+/// session (its budget, its leak check) like its make_buffer.
+template <class Session, detail::if_session<Session> = 0>
+[[nodiscard]] thrust_policy_type thrust_policy(Session& session) {
+  return detail::make_thrust_policy(session.stream(), session.pool(), session.accounting());
+}
+
+/// @brief thrust_policy_sync on the session's stream and pool, counted by the session.
+template <class Session, detail::if_session<Session> = 0>
+[[nodiscard]] thrust_policy_sync_type thrust_policy_sync(Session& session) {
+  return detail::make_thrust_policy_sync(session.stream(), session.pool(), session.accounting());
 }
 
 /// @brief A Thrust allocator of T from a pool on a stream, for
@@ -155,10 +174,16 @@ class thrust_allocator {
   thrust_allocator(stream_ref stream, memory_pool_ref pool)
       : pool_(pool), stream_(stream.get()), system_(thrust_policy_sync(stream, pool)) {}
 
-  /// @brief The allocator of T with other's pool and stream.
+  /// @brief Allocates from the session's pool in stream order on its stream, counted by the
+  /// session (its budget, its leak check) like its make_buffer.
+  template <class Session, detail::if_session<Session> = 0>
+  explicit thrust_allocator(Session& session)
+      : thrust_allocator(session.stream(), session.pool(), session.accounting()) {}
+
+  /// @brief The allocator of T with other's pool, stream and session.
   template <class U>
   thrust_allocator(const thrust_allocator<U>& other)  // NOLINT: implicit, as allocators are
-      : thrust_allocator(other.stream(), other.pool()) {}
+      : thrust_allocator(other.stream(), other.pool(), other.accounting()) {}
 
   /// @brief Storage for n elements from the pool, usable in stream order on the allocator's
   /// stream. Enqueued on that stream; does not synchronize.
@@ -167,14 +192,16 @@ class thrust_allocator {
     if (n > max_size())
       throw std::length_error("cuscope::thrust_allocator: " + std::to_string(n) + " elements of " +
                               std::to_string(sizeof(T)) + " bytes overflow the byte count");
-    return pointer(static_cast<T*>(pool_.allocate(stream(), n * sizeof(T))));
+    return pointer(static_cast<T*>(detail::accounted_allocate(
+        pool_, stream(), n * sizeof(T), ledger_.get(), "cuscope::thrust_allocator")));
   }
 
   /// @brief Returns storage to the pool in stream order on the allocator's stream. Enqueued on
   /// that stream; does not synchronize. Never throws.
   void deallocate(pointer p, size_type n) noexcept {
-    (void)n;
+    if (p.get() == nullptr) return;
     detail::free_async_nothrow(static_cast<void*>(p.get()), stream_, pool_.device());
+    if (ledger_.get() != nullptr) ledger_.get()->discharge(n * sizeof(T));
   }
 
   /// @brief The largest number of elements whose bytes a size_t can count.
@@ -188,21 +215,30 @@ class thrust_allocator {
   [[nodiscard]] stream_ref stream() const noexcept { return stream_ref(stream_); }
   /// @brief The policy of the vector's own work, which Thrust asks for (allocator_system).
   [[nodiscard]] system_type& system() noexcept { return system_; }
+  /// @brief The accounting of the session the allocator counts for; nullptr for none.
+  [[nodiscard]] detail::ledger* accounting() const noexcept { return ledger_.get(); }
 
-  /// @brief True when both allocate from the same pool on the same stream.
+  /// @brief True when both allocate from the same pool on the same stream for the same session.
   template <class U>
   friend bool operator==(const thrust_allocator& a, const thrust_allocator<U>& b) noexcept {
-    return a.pool() == b.pool() && a.stream() == b.stream();
+    return a.pool() == b.pool() && a.stream() == b.stream() && a.accounting() == b.accounting();
   }
-  /// @brief True unless both allocate from the same pool on the same stream.
+  /// @brief True unless both allocate from the same pool on the same stream for the same session.
   template <class U>
   friend bool operator!=(const thrust_allocator& a, const thrust_allocator<U>& b) noexcept {
     return !(a == b);
   }
 
  private:
+  thrust_allocator(stream_ref stream, memory_pool_ref pool, detail::ledger* accounting)
+      : pool_(pool),
+        stream_(stream.get()),
+        ledger_(accounting),
+        system_(detail::make_thrust_policy_sync(stream, pool, accounting)) {}
+
   memory_pool_ref pool_;
   cudaStream_t stream_;
+  detail::ledger_ref ledger_;
   system_type system_;
 };
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../device.hpp"
+#include "../device_allocation.hpp"
 #include "../device_buffer.hpp"
 #include "../error.hpp"
 #include "../event.hpp"
@@ -27,6 +28,7 @@
 #include "../pinned_buffer.hpp"
 #include "../stream.hpp"
 #include "batch_plan.hpp"
+#include "ledger.hpp"
 
 namespace cuscope::detail {
 
@@ -105,6 +107,14 @@ class batch_pipeline {
       stream_options so;
       so.device = pool_.device();
       copy_.emplace(so);
+      if (config.accounting != nullptr) {
+        if (config.accounting->closed())
+          allocate_after_finish(*config.accounting, "cuscope::batches");
+        // The buffers are freed on the copy stream, which release() synchronizes: the session
+        // need not know of it.
+        accounting_ = new ledger(config.accounting, 0, config.accounting->name() + ": batches",
+                                 copy_->get(), {});
+      }
       if (has_output) results_.emplace(so);
       final_.emplace();
       allocate(config);
@@ -249,10 +259,12 @@ class batch_pipeline {
     slots_.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
       slot s;
-      s.in = device_buffer<T>(*copy_, elements, pool_);
+      s.in = device_buffer<T>(
+          device_allocation(*copy_, bytes_of<T>(elements, "cuscope::batches"), pool_, accounting_));
       if (kind_ != source_kind::direct) s.staging = pinned_buffer<T>(elements);
       if (has_output) {
-        s.out = device_buffer<out_t>(*copy_, results, pool_);
+        s.out = device_buffer<out_t>(device_allocation(
+            *copy_, bytes_of<out_t>(results, "cuscope::batches"), pool_, accounting_));
         s.out_staging = pinned_buffer<out_t>(results);
         s.unloaded.emplace();
       }
@@ -413,6 +425,7 @@ class batch_pipeline {
     final_.reset();
     results_.reset();
     copy_.reset();
+    if (accounting_ != nullptr) std::exchange(accounting_, nullptr)->release();
   }
 
   batch_plan plan_;
@@ -426,6 +439,7 @@ class batch_pipeline {
   std::optional<cuscope::stream> results_;  // the copies of results back to the host
   std::optional<event> final_;              // the user's stream: the frees wait for it
   std::vector<slot> slots_;
+  ledger* accounting_ = nullptr;  // counts the buffers for a session, under its ledger
   Batch view_;
   std::size_t current_ = 0;
   bool started_ = false;

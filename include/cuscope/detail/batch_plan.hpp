@@ -10,12 +10,15 @@
 
 namespace cuscope::detail {
 
+class ledger;
+
 /// The options of batches() that the pipeline needs (batch_options, without the public type).
 struct batch_config {
   std::size_t depth = 2;
   std::size_t sample_elements = 1;
   bool adapt_to_memory = false;
   std::size_t min_batch = 1;
+  ledger* accounting = nullptr;  // the session that counts the buffers, if any
 };
 
 /// Where the results go: count elements at data, per_sample per sample or per_batch per batch.

@@ -10,14 +10,25 @@
 #include <atomic>
 #include <cstddef>
 #include <mutex>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "../error.hpp"
 #include "format.hpp"
 
+namespace cuscope {
+class session;
+}  // namespace cuscope
+
 namespace cuscope::detail {
+
+/// Enables the overloads that take a session (thrust_policy(session), batches(session, ...)),
+/// declared where session.hpp need not be included.
+template <class S>
+using if_session = std::enable_if_t<std::is_same_v<S, session>, int>;
 
 /// Live allocations and bytes charged to a session, with an optional budget that also counts
 /// against every enclosing session's budget. Reference counted: the session holds one reference,
@@ -52,10 +63,11 @@ class ledger {
 
   /// Counts an allocation of bytes on stream here and in every enclosing ledger, and takes a
   /// reference for the buffer. Throws out_of_memory, changing nothing, when a budget would be
-  /// exceeded.
+  /// exceeded. The stream is noted here only: a nested session synchronizes its own streams, and
+  /// passes them on to its parent when allocations outlive it (passed_on).
   void charge(std::size_t bytes, cudaStream_t stream) {
+    if (stream != stream_) note_stream(stream);
     for (ledger* l = this; l != nullptr; l = l->parent_) {
-      if (stream != l->stream_) l->note_stream(stream);
       if (l->budget_ == 0) {
         l->bytes_.fetch_add(bytes, std::memory_order_relaxed);
         continue;
@@ -97,6 +109,25 @@ class ledger {
   /// Whether memory was handed out or moved onto a stream neither the session's own nor listed.
   bool other_streams() const noexcept { return other_streams_.load(std::memory_order_relaxed); }
 
+  /// This ledger's session ended with allocations still live, which will be freed on its streams:
+  /// the parent must synchronize them too.
+  void passed_on() noexcept {
+    if (parent_ == nullptr) return;
+    if (other_streams()) parent_->other_streams_.store(true, std::memory_order_relaxed);
+    if (stream_ != parent_->stream_) parent_->note_stream(stream_);
+  }
+
+  /// The session this ledger counts for has ended: allocations through it are refused.
+  bool closed() const noexcept { return closed_flag_.load(std::memory_order_acquire); }
+
+  /// The outermost ledger, which counts the allocations of every session nested in it.
+  ledger* root() noexcept {
+    ledger* l = this;
+    while (l->parent_ != nullptr)
+      l = l->parent_;
+    return l;
+  }
+
   // Nesting. The parent's ledger knows its open nested sessions, so that the session cannot
   // finish while one is open and can name it.
 
@@ -105,7 +136,15 @@ class ledger {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) return false;
     children_.push_back(child);
+    ++opened_;
     return true;
+  }
+
+  /// How many nested sessions are open, and how many were ever opened (to tell whether another
+  /// one ran beside a given one).
+  std::pair<std::size_t, std::size_t> children() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return {children_.size(), opened_};
   }
 
   /// The nested session of child has ended.
@@ -122,7 +161,10 @@ class ledger {
     std::string open;
     for (const ledger* c : children_)
       open += (open.empty() ? "'" : ", '") + c->name_ + "'";
-    if (open.empty() || force) closed_ = true;
+    if (open.empty() || force) {
+      closed_ = true;
+      closed_flag_.store(true, std::memory_order_release);
+    }
     return open;
   }
 
@@ -183,9 +225,41 @@ class ledger {
   std::atomic<std::size_t> observed_used_{0};
   std::atomic<std::size_t> observed_reserved_{0};
   std::atomic<bool> other_streams_{false};
-  std::mutex mutex_;  // children_ and closed_
+  std::atomic<bool> closed_flag_{false};
+  std::mutex mutex_;  // children_, opened_ and closed_
   std::vector<ledger*> children_;
+  std::size_t opened_ = 0;
   bool closed_ = false;
 };
+
+/// A counted reference to a ledger, for the adaptors a session hands out (Thrust allocators,
+/// memory resources, batch ranges), which may be copied and outlive the session.
+class ledger_ref {
+ public:
+  ledger_ref() noexcept = default;
+  explicit ledger_ref(ledger* l) noexcept : ledger_(l) {
+    if (ledger_ != nullptr) ledger_->retain();
+  }
+  ledger_ref(const ledger_ref& other) noexcept : ledger_ref(other.ledger_) {}
+  ledger_ref(ledger_ref&& other) noexcept : ledger_(std::exchange(other.ledger_, nullptr)) {}
+  ledger_ref& operator=(ledger_ref other) noexcept {
+    std::swap(ledger_, other.ledger_);
+    return *this;
+  }
+  ~ledger_ref() {
+    if (ledger_ != nullptr) ledger_->release();
+  }
+  ledger* get() const noexcept { return ledger_; }
+
+ private:
+  ledger* ledger_ = nullptr;
+};
+
+/// The reason an adaptor of a finished session refuses to allocate.
+[[noreturn]] CUSCOPE_DETAIL_COLD inline void allocate_after_finish(const ledger& l,
+                                                                   const char* who) {
+  throw std::logic_error(std::string(who) + ": allocation through session '" + l.name() +
+                         "' after the session finished");
+}
 
 }  // namespace cuscope::detail
