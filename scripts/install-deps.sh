@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs what building cuscope needs and is missing: a C++17 compiler, CMake, and, for the tests,
-# Catch2, clang-format, pkg-config, Python's venv and pip, and the toolchain matrix's compilers
-# (g++ 12, clang 14). Uses apt-get on Debian and Ubuntu; elsewhere it says what to install.
+# Catch2, GoogleTest, clang-format, pkg-config, Python's venv and pip, and the toolchain matrix's
+# compilers (g++ 12, clang 14). Uses apt-get on Debian and Ubuntu; elsewhere it says what to install.
 #   scripts/install-deps.sh                build tools only
 #   scripts/install-deps.sh --tests        and what the tests need (matplotlib for the plot test)
 #   scripts/install-deps.sh --toolchains   and the matrix's CUDA and CCCL wheels, downloaded once
@@ -36,6 +36,8 @@ have_catch2() {
 
 if [ "$want_tests" = 1 ]; then
   have_catch2 || missing+=(catch2)
+  # The leak check's GoogleTest suite (tests/testing).
+  [ -f /usr/include/gtest/gtest.h ] || [ -f /usr/local/include/gtest/gtest.h ] || missing+=(libgtest-dev)
   command -v clang-format >/dev/null 2>&1 || missing+=(clang-format)
   # The packaging tests: pkg-config reads the installed .pc files, and the Conan test installs
   # conan into a virtual environment.
