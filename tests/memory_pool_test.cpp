@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <cstddef>
+#include <cuscope/device_buffer.hpp>
 #include <cuscope/memory_pool.hpp>
+#include <cuscope/session.hpp>
 #include <cuscope/stream.hpp>
 #include <limits>
 #include <new>
@@ -10,6 +13,7 @@
 
 #include "test_support.hpp"
 
+using cuscope::alloc_policy;
 using cuscope::memory_pool;
 using cuscope::memory_pool_ref;
 using cuscope::pool_options;
@@ -222,17 +226,42 @@ TEST_CASE("memory_pool: retry_after_trim recovers memory freed on another stream
     b.synchronize();
   }
   SECTION("with it the allocation succeeds") {
-    o.retry_after_trim = true;
     memory_pool pool(o);
-    CHECK(pool.retries_after_trim());
-    CHECK(pool.ref().retries_after_trim());
     cuscope::stream a;
     cuscope::stream b;
     pool.deallocate(a, pool.allocate(a, 48 * MiB), 48 * MiB);
-    void* p = pool.allocate(b, 48 * MiB);
+    void* p = pool.allocate(b, 48 * MiB, alloc_policy::retry_after_trim);
     CHECK(p != nullptr);
     pool.deallocate(b, p, 48 * MiB);
     b.synchronize();
+  }
+  SECTION("a reference, a buffer and a session retry when asked") {
+    memory_pool pool(o);
+    cuscope::stream a;
+    cuscope::stream b;
+    // Each request follows a free of 48 MiB still pending on the other stream.
+    const memory_pool_ref r = pool;
+    r.deallocate(a, r.allocate(a, 48 * MiB), 48 * MiB);
+    void* p = r.allocate(b, 48 * MiB, alloc_policy::retry_after_trim);
+    CHECK(p != nullptr);
+    r.deallocate(b, p, 48 * MiB);
+    {
+      const cuscope::device_buffer<std::byte> buf(a, 48 * MiB, r, alloc_policy::retry_after_trim);
+      CHECK(buf.size() == 48 * MiB);
+    }
+    cuscope::session_options so;
+    so.on_pool_full = alloc_policy::retry_after_trim;
+    so.streams = {a};
+    cuscope::session s(pool, b, so);
+    { const auto on_b = s.make_buffer<std::byte>(48 * MiB); }
+    { const auto on_a = s.make_buffer<std::byte>(a, 48 * MiB); }
+    CHECK(s.finish().leaked_allocations == 0);
+    if (cuscope::test::simulated) {
+      so.on_pool_full = alloc_policy::fail_fast;
+      cuscope::session t(pool, b, so);
+      { const auto on_b = t.make_buffer<std::byte>(48 * MiB); }
+      CHECK_THROWS_AS((void)t.make_buffer<std::byte>(a, 48 * MiB), cuscope::out_of_memory);
+    }
   }
 }
 #endif
@@ -307,19 +336,37 @@ TEST_CASE("memory_pool_ref: device_default refers to the shared default pool", "
   CHECK_THROWS_AS(memory_pool_ref(static_cast<cudaMemPool_t>(nullptr), 0), std::invalid_argument);
 }
 
-TEST_CASE("memory_pool_ref: a reference carries the owner's device, limit and retry setting",
+TEST_CASE("memory_pool_ref: a reference is the pool's handle and device, compared by both",
           "[memory_pool]") {
   device_guard device;
-  pool_options o;
-  o.retry_after_trim = true;
-  memory_pool pool(o);
+  memory_pool pool;
   const memory_pool_ref r = pool;
   CHECK(r.get() == pool.get());
   CHECK(r.device() == pool.device());
-  CHECK(r.retries_after_trim());
-  CHECK_FALSE(r.with_retry_after_trim(false).retries_after_trim());
+  CHECK(r == pool.ref());
+  CHECK(r != memory_pool_ref(pool.get(), pool.device() + 1));
+  CHECK(r != memory_pool_ref::device_default(0));
   CHECK_THAT(r.describe(), contains("pool 0x"));
+  if (cuscope::test::simulated) CHECK(r.max_bytes() == 0);  // no limit; a GPU may say otherwise
 }
+
+#if CUSCOPE_HAS_POOL_MAX_SIZE
+TEST_CASE("memory_pool_ref: max_bytes() asks the driver", "[memory_pool]") {
+  device_guard device;
+  pool_options o;
+  o.max_bytes = 8 * MiB;
+  memory_pool pool(o);
+  const memory_pool_ref r = pool;
+  if (cuscope::test::simulated) {
+    // The simulated driver answers cudaMemPoolAttrMaxPoolSize, as CUDA 13.2 drivers do.
+    CHECK(r.max_bytes() == pool.max_bytes());
+    CHECK(r.max_bytes() == 32 * MiB);
+  } else {
+    // Older drivers do not say (0); newer ones report at least the limit asked.
+    CHECK((r.max_bytes() == 0 || r.max_bytes() >= 8 * MiB));
+  }
+}
+#endif
 
 TEST_CASE("memory_pool: a pool on another device leaves the current device alone",
           "[memory_pool]") {
@@ -386,13 +433,11 @@ TEST_CASE(
     "usable",
     "[memory_pool][sim]") {
   const std::size_t runs = cuscope::test::fault_sweep([](cuscope::test::fault_point& fault) {
-    pool_options o;
-    o.retry_after_trim = true;
-    memory_pool pool(o);
+    memory_pool pool;
     cuscope::stream s;
     void* p = nullptr;
     (void)fault.run([&] {
-      p = pool.allocate(s, 4 * MiB);
+      p = pool.allocate(s, 4 * MiB, alloc_policy::retry_after_trim);
       pool.trim_to(0);
       (void)pool.stats();
     });

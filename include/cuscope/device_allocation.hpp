@@ -53,23 +53,24 @@ class device_allocation {
   device_allocation() noexcept = default;
 
   /// @brief bytes from pool, usable in stream order on stream. Enqueued on stream; does not
-  /// synchronize.
+  /// synchronize, unless policy is alloc_policy::retry_after_trim and the first try fails.
   /// @throws out_of_memory when the pool cannot provide it.
-  device_allocation(stream_ref stream, std::size_t bytes, memory_pool_ref pool)
-      : device_allocation(stream, bytes, pool, nullptr) {}
+  device_allocation(stream_ref stream, std::size_t bytes, memory_pool_ref pool,
+                    alloc_policy policy = alloc_policy::fail_fast)
+      : device_allocation(stream, bytes, pool, nullptr, policy) {}
 
-  /// @brief As device_allocation(stream, bytes, pool), counted by accounting (the live
+  /// @brief As device_allocation(stream, bytes, pool, policy), counted by accounting (the live
   /// allocations of a session and its parents) until it is freed or released; nullptr counts
   /// nothing. This is how session::make_buffer makes what it counts.
   /// @throws out_of_memory when a session's budget or the pool refuses.
   device_allocation(stream_ref stream, std::size_t bytes, memory_pool_ref pool,
-                    detail::ledger* accounting)
+                    detail::ledger* accounting, alloc_policy policy = alloc_policy::fail_fast)
       : stream_(stream.get()) {
     set_pool(pool);
     if (bytes == 0) return;
     if (accounting != nullptr) accounting->charge(bytes, stream.get());
     try {
-      data_ = pool.allocate(stream, bytes);
+      data_ = pool.allocate(stream, bytes, policy);
     } catch (...) {
       if (accounting != nullptr) accounting->discharge(bytes);
       throw;
@@ -100,8 +101,6 @@ class device_allocation {
         stream_(other.stream_),
         pool_(std::exchange(other.pool_, nullptr)),
         device_(other.device_),
-        max_bytes_(other.max_bytes_),
-        retry_(other.retry_),
         ledger_(std::exchange(other.ledger_, nullptr)),
         recorder_(other.recorder_),
         scope_(other.scope_) {}
@@ -115,8 +114,6 @@ class device_allocation {
       stream_ = other.stream_;
       pool_ = std::exchange(other.pool_, nullptr);
       device_ = other.device_;
-      max_bytes_ = other.max_bytes_;
-      retry_ = other.retry_;
       ledger_ = std::exchange(other.ledger_, nullptr);
       recorder_ = other.recorder_;
       scope_ = other.scope_;
@@ -154,14 +151,16 @@ class device_allocation {
     if (pool_ == nullptr)
       throw std::logic_error(
           "cuscope::device_allocation: the allocation has no pool (empty or moved-from)");
-    return memory_pool_ref(pool_, device_, max_bytes_, retry_).with_recorder(recorder_, scope_);
+    return memory_pool_ref(pool_, device_).with_recorder(recorder_, scope_);
   }
 
   /// @brief A new allocation of bytes from the same pool on stream, counted by the same session.
-  /// Enqueued on stream; does not synchronize.
+  /// Enqueued on stream; does not synchronize, unless policy is alloc_policy::retry_after_trim
+  /// and the first try fails.
   /// @throws std::logic_error without a pool; out_of_memory.
-  [[nodiscard]] device_allocation allocate_like(stream_ref stream, std::size_t bytes) const {
-    return device_allocation(stream, bytes, pool(), ledger_);
+  [[nodiscard]] device_allocation allocate_like(
+      stream_ref stream, std::size_t bytes, alloc_policy policy = alloc_policy::fail_fast) const {
+    return device_allocation(stream, bytes, pool(), ledger_, policy);
   }
 
   /// @brief Makes stream the one the memory is freed on. The new stream waits, in stream order,
@@ -176,8 +175,6 @@ class device_allocation {
   void set_pool(const memory_pool_ref& pool) noexcept {
     pool_ = pool.get();
     device_ = pool.device();
-    max_bytes_ = pool.max_bytes();
-    retry_ = pool.retries_after_trim();
     recorder_ = pool.attached_recorder();
     scope_ = pool.recorded_scope();
   }
@@ -200,8 +197,6 @@ class device_allocation {
   cudaStream_t stream_ = nullptr;
   cudaMemPool_t pool_ = nullptr;
   int device_ = 0;
-  std::size_t max_bytes_ = 0;
-  bool retry_ = false;
   detail::ledger* ledger_ = nullptr;
   recorder* recorder_ = nullptr;
   std::uint32_t scope_ = 0;

@@ -72,11 +72,13 @@ class device_buffer {
   device_buffer() noexcept = default;
 
   /// @brief count uninitialized elements from pool, usable in stream order on stream.
-  /// Enqueued on stream; does not synchronize.
+  /// Enqueued on stream; does not synchronize, unless policy is alloc_policy::retry_after_trim and
+  /// the first try fails.
   /// @throws std::length_error when the byte count overflows; out_of_memory when the pool cannot
   /// provide it.
-  device_buffer(stream_ref stream, std::size_t count, memory_pool_ref pool)
-      : alloc_(stream, detail::bytes_of<T>(count, "cuscope::device_buffer"), pool) {}
+  device_buffer(stream_ref stream, std::size_t count, memory_pool_ref pool,
+                alloc_policy policy = alloc_policy::fail_fast)
+      : alloc_(stream, detail::bytes_of<T>(count, "cuscope::device_buffer"), pool, policy) {}
 
   /// @brief Takes over allocation, which must hold a whole number of T (this is how
   /// session::make_buffer hands out the allocations it counts).

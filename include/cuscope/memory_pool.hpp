@@ -61,9 +61,18 @@ struct pool_options {
   std::size_t initial_bytes = 0;
   /// @brief Cross-stream reuse.
   reuse_policy reuse{};
-  /// @brief When an allocation fails, synchronize the pool's device, trim the pool and try once
-  /// more before throwing out_of_memory.
-  bool retry_after_trim = false;
+};
+
+/// @brief What an allocation does when the pool cannot serve it. Given at each call that may
+/// block (pool_base::allocate, device_allocation, device_buffer, session_options), never stored
+/// in a pool or a reference.
+enum class alloc_policy : unsigned char {
+  /// Throw out_of_memory at once; the allocation never blocks the host.
+  fail_fast,
+  /// Synchronize the pool's device (cudaDeviceSynchronize: the host waits for all work on the
+  /// device, from every stream and library), trim the pool to 0 so that frees that were in flight
+  /// become reusable and a large request can get one fresh block, try once more, then throw.
+  retry_after_trim,
 };
 
 class memory_pool;
@@ -104,12 +113,6 @@ class pool_base {
   [[nodiscard]] recorder* attached_recorder() const noexcept { return self().recorder_; }
   /// @brief The session id its allocations are recorded under (0: none).
   [[nodiscard]] std::uint32_t recorded_scope() const noexcept { return self().scope_; }
-  /// @brief The hard limit on reserved memory; 0 when there is none or it is not known. For a
-  /// memory_pool, the limit the driver enforces where it says so (CUDA 13.2 drivers and newer),
-  /// else the limit asked for.
-  [[nodiscard]] std::size_t max_bytes() const noexcept { return self().max_bytes_; }
-  /// @brief Whether a failed allocation is retried once after a synchronization and a trim.
-  [[nodiscard]] bool retries_after_trim() const noexcept { return self().retry_; }
 
   /// @brief Current and peak reserved and used bytes.
   [[nodiscard]] pool_stats stats() const {
@@ -166,9 +169,11 @@ class pool_base {
 
   /// @brief Allocates bytes from the pool, usable in stream order after this call. Enqueued on
   /// stream (a default stream handle names the default stream of the pool's device); does not
-  /// synchronize. Returns nullptr for 0 bytes.
+  /// synchronize, unless policy is alloc_policy::retry_after_trim and the first try fails. Returns
+  /// nullptr for 0 bytes.
   /// @throws out_of_memory when the device or the pool's limit cannot hold the request.
-  [[nodiscard]] void* allocate(stream_ref stream, std::size_t bytes) const {
+  [[nodiscard]] void* allocate(stream_ref stream, std::size_t bytes,
+                               alloc_policy policy = alloc_policy::fail_fast) const {
     if (bytes == 0) return nullptr;
     const stream_device_guard on(stream.get(), self().device_);
     void* p = nullptr;
@@ -178,7 +183,7 @@ class pool_base {
         r->record_allocate(self().device_, self().handle_, stream.get(), p, bytes, self().scope_);
       return p;
     }
-    return allocate_failed(stream, bytes, status);
+    return allocate_failed(stream, bytes, status, policy);
   }
 
   /// @brief Frees memory from allocate() in stream order: later work on stream may reuse it.
@@ -241,12 +246,12 @@ class pool_base {
     CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolSetAttribute(checked_handle(), attr, &value), describe());
   }
 
-  // The cold half of allocate(): the optional retry, then the exception.
+  // The cold half of allocate(): the retry policy asks for, then the exception.
   CUSCOPE_DETAIL_COLD void* allocate_failed(stream_ref stream, std::size_t bytes,
-                                            cudaError_t status) const {
+                                            cudaError_t status, alloc_policy policy) const {
     (void)cudaGetLastError();
     recorder* const rec = self().recorder_;
-    if (status == cudaErrorMemoryAllocation && self().retry_) {
+    if (status == cudaErrorMemoryAllocation && policy == alloc_policy::retry_after_trim) {
       if (rec != nullptr) rec->record_retry(self().device_, self().handle_, stream.get(), bytes);
       // Frees still in flight on any stream become reusable once they complete, and trimming
       // returns what is unused so that a large request can be backed by one fresh block.
@@ -285,9 +290,9 @@ class pool_base {
            " in use)";
     }
     (void)cudaGetLastError();
-    if (d.max_bytes_ != 0) {
-      m += " under a limit of " + format_bytes(d.max_bytes_);
-      if (bytes > d.max_bytes_) m += ", less than the request";
+    if (const std::size_t limit = d.max_bytes(); limit != 0) {
+      m += " under a limit of " + format_bytes(limit);
+      if (bytes > limit) m += ", less than the request";
     }
     int previous = -1;
     std::size_t free_bytes = 0;
@@ -304,17 +309,16 @@ class pool_base {
 
 }  // namespace detail
 
-/// @brief A non-owning reference to a memory pool. Trivially copyable.
+/// @brief A non-owning reference to a memory pool: its handle and its device. Trivially
+/// copyable.
 ///
-/// It remembers the pool's device, its limit when known, and whether allocations retry after a
-/// trim; copies of a memory_pool's reference carry its settings.
+/// Everything else about the pool (its limit, its statistics) is asked of the driver when needed;
+/// what an allocation does when the pool is full is given at the call (alloc_policy).
 class memory_pool_ref : public detail::pool_base<memory_pool_ref> {
  public:
   /// @brief Refers to handle, a pool on device.
   /// @throws std::invalid_argument for a null handle.
-  memory_pool_ref(cudaMemPool_t handle, int device, std::size_t max_bytes = 0,
-                  bool retry_after_trim = false)
-      : handle_(handle), device_(device), max_bytes_(max_bytes), retry_(retry_after_trim) {
+  memory_pool_ref(cudaMemPool_t handle, int device) : handle_(handle), device_(device) {
     if (handle == nullptr)
       throw std::invalid_argument("cuscope::memory_pool_ref: null cudaMemPool_t");
   }
@@ -341,11 +345,13 @@ class memory_pool_ref : public detail::pool_base<memory_pool_ref> {
 
   /// @brief The raw handle.
   [[nodiscard]] cudaMemPool_t get() const noexcept { return handle_; }
-  /// @brief A copy that retries failed allocations once after a synchronization and a trim.
-  [[nodiscard]] memory_pool_ref with_retry_after_trim(bool retry = true) const noexcept {
-    memory_pool_ref r = *this;
-    r.retry_ = retry;
-    return r;
+
+  /// @brief The hard limit on reserved memory as the driver reports it
+  /// (cudaMemPoolAttrMaxPoolSize, answered by CUDA 13.2 drivers and newer); 0 when the pool has
+  /// none or the driver does not say. A query of the driver each call; memory_pool::max_bytes()
+  /// also knows the limit its options asked for.
+  [[nodiscard]] std::size_t max_bytes() const noexcept {
+    return detail::enforced_max_bytes(handle_, 0);
   }
 
   /// @brief A copy whose operations are recorded into r (nullptr: not recorded), its
@@ -357,13 +363,14 @@ class memory_pool_ref : public detail::pool_base<memory_pool_ref> {
     return copy;
   }
 
-  /// @brief True when both refer to the same pool.
+  /// @brief True when both refer to the same pool on the same device. What is recorded into
+  /// (with_recorder) is not part of the identity.
   friend bool operator==(const memory_pool_ref& a, const memory_pool_ref& b) noexcept {
-    return a.handle_ == b.handle_;
+    return a.handle_ == b.handle_ && a.device_ == b.device_;
   }
   /// @brief True when they refer to different pools.
   friend bool operator!=(const memory_pool_ref& a, const memory_pool_ref& b) noexcept {
-    return a.handle_ != b.handle_;
+    return !(a == b);
   }
 
  private:
@@ -372,8 +379,6 @@ class memory_pool_ref : public detail::pool_base<memory_pool_ref> {
 
   cudaMemPool_t handle_;
   int device_;
-  std::size_t max_bytes_;
-  bool retry_;
   recorder* recorder_ = nullptr;
   std::uint32_t scope_ = 0;
 };
@@ -388,8 +393,7 @@ class memory_pool : public detail::pool_base<memory_pool> {
   /// @brief Creates a pool with options, on options.device (the current device by default).
   /// @throws std::invalid_argument for an invalid device or inconsistent options;
   /// out_of_memory when initial_bytes cannot be reserved; cuda_error when CUDA fails.
-  explicit memory_pool(const pool_options& options = {})
-      : max_bytes_(options.max_bytes), retry_(options.retry_after_trim) {
+  explicit memory_pool(const pool_options& options = {}) : max_bytes_(options.max_bytes) {
     device_ = options.device == -1 ? current_device() : options.device;
     detail::check_device(device_, "cuscope::memory_pool");
     validate(options);
@@ -430,7 +434,6 @@ class memory_pool : public detail::pool_base<memory_pool> {
       : handle_(std::exchange(other.handle_, nullptr)),
         device_(other.device_),
         max_bytes_(other.max_bytes_),
-        retry_(other.retry_),
         recorder_(std::exchange(other.recorder_, nullptr)) {}
 
   /// @brief Destroys this pool and takes other's; other is left empty.
@@ -440,7 +443,6 @@ class memory_pool : public detail::pool_base<memory_pool> {
       handle_ = std::exchange(other.handle_, nullptr);
       device_ = other.device_;
       max_bytes_ = other.max_bytes_;
-      retry_ = other.retry_;
       recorder_ = std::exchange(other.recorder_, nullptr);
     }
     return *this;
@@ -464,12 +466,19 @@ class memory_pool : public detail::pool_base<memory_pool> {
     return std::exchange(handle_, nullptr);
   }
 
-  /// @brief A non-owning reference carrying this pool's device, limit and retry setting.
+  /// @brief The hard limit on reserved memory; 0 for none. The limit the driver enforces where it
+  /// says so (CUDA 13.2 drivers and newer round pool_options::max_bytes up), else the limit asked
+  /// for. Read once at construction.
+  [[nodiscard]] std::size_t max_bytes() const noexcept {
+    return max_bytes_;
+  }
+
+  /// @brief A non-owning reference: this pool's handle and device.
   /// @throws std::logic_error when empty.
   [[nodiscard]] memory_pool_ref ref() const& {
     if (handle_ == nullptr)
       throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
-    return memory_pool_ref(handle_, device_, max_bytes_, retry_).with_recorder(recorder_);
+    return memory_pool_ref(handle_, device_).with_recorder(recorder_);
   }
 
   /// @brief Records this pool's allocations, frees, trims, threshold changes and errors into r
@@ -533,7 +542,6 @@ class memory_pool : public detail::pool_base<memory_pool> {
   cudaMemPool_t handle_ = nullptr;
   int device_ = 0;
   std::size_t max_bytes_ = 0;
-  bool retry_ = false;
   recorder* recorder_ = nullptr;
   static constexpr std::uint32_t scope_ = 0;
 };

@@ -146,6 +146,9 @@ struct session_options {
   /// @brief Limit on the live bytes of make_buffer allocations (and of those of nested sessions);
   /// 0 for none. A request beyond it throws out_of_memory before CUDA is asked.
   std::size_t budget_bytes = 0;
+  /// @brief What make_buffer does when the pool cannot serve it: by default throw at once;
+  /// alloc_policy::retry_after_trim synchronizes the device, trims the pool and tries once more.
+  alloc_policy on_pool_full = alloc_policy::fail_fast;
   /// @brief More streams to synchronize at the end, besides the session's own. They must outlive
   /// the session. Memory handed out (make_buffer(stream, n)) or moved (set_stream, resize) onto a
   /// stream that is neither the session's nor listed here makes the end synchronize the device
@@ -247,8 +250,9 @@ class session {
     if (finished_)
       throw std::logic_error("cuscope::session '" + options_.name +
                              "': make_buffer after the session finished");
-    return device_buffer<T>(device_allocation(
-        stream, detail::bytes_of<T>(count, "cuscope::device_buffer"), pool_, ledger_));
+    return device_buffer<T>(device_allocation(stream,
+                                              detail::bytes_of<T>(count, "cuscope::device_buffer"),
+                                              pool_, ledger_, options_.on_pool_full));
   }
 
   /// @brief bytes from the session's pool, usable in stream order on stream, counted by the
