@@ -70,6 +70,12 @@ const char* const simulated_apis[] = {
     "cudaMemPoolTrimTo",
     "cudaMemPoolSetAccess",
     "cudaMemPoolGetAccess",
+    "cudaMemPoolExportToShareableHandle",
+    "cudaMemPoolImportFromShareableHandle",
+    "cudaMemPoolExportPointer",
+    "cudaMemPoolImportPointer",
+    "cudaIpcGetEventHandle",
+    "cudaIpcOpenEventHandle",
     "cudaDeviceGetDefaultMemPool",
     "cudaDeviceGetMemPool",
     "cudaDeviceSetMemPool",
@@ -155,6 +161,8 @@ void validate(const device_config& c) {
         "cuscope::sim::reset: pitch_alignment_bytes must be a power of two up to 1 MiB");
   if (c.total_bytes > (std::size_t{1} << 44))
     throw std::invalid_argument("cuscope::sim::reset: total_bytes is limited to 16 TiB");
+  if (c.ipc_timeout.count() <= 0)
+    throw std::invalid_argument("cuscope::sim::reset: ipc_timeout must be positive");
 }
 
 void build(state& g) {
@@ -223,12 +231,15 @@ std::string report(const state& g) {
   char line[512];
   for (const auto& [ptr, a] : g.device_allocs) {
     std::snprintf(line, sizeof line,
-                  "device allocation %p: %zu bytes on device %d from %s%s%s, stream %" PRIu64
-                  ", call #%" PRIu64 " (%s)\n",
+                  "%s %p: %zu bytes on device %d from %s%s%s, stream %" PRIu64 ", call #%" PRIu64
+                  " (%s)\n",
+                  a.kind == alloc_kind::imported ? "imported allocation" : "device allocation",
                   reinterpret_cast<void*>(ptr), a.size, a.device, a.pool ? "pool " : "cudaMalloc",
                   a.pool ? pointer_text(a.pool).c_str() : "",
-                  a.pool && a.pool->is_default ? " (default pool)" : "", a.stream_id, a.call,
-                  a.api);
+                  a.pool && a.pool->is_default     ? " (default pool)"
+                  : a.kind == alloc_kind::imported ? " (imported from another process)"
+                                                   : "",
+                  a.stream_id, a.call, a.api);
     out += line;
   }
   for (const auto& [ptr, h] : g.host_allocs) {
@@ -260,9 +271,10 @@ std::string report(const state& g) {
   }
   for (const auto& p : g.pools) {
     if (p->is_default || p->destroyed) continue;
-    std::snprintf(line, sizeof line,
-                  "memory pool %p (device %d) created by call #%" PRIu64 " is not destroyed\n",
-                  static_cast<const void*>(p.get()), p->device, p->created_by_call);
+    std::snprintf(
+        line, sizeof line, "%s %p (device %d) created by call #%" PRIu64 " is not destroyed\n",
+        p->share != nullptr && p->share->imported ? "imported memory pool" : "memory pool",
+        static_cast<const void*>(p.get()), p->device, p->created_by_call);
     out += line;
   }
   return out;

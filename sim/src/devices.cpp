@@ -345,10 +345,10 @@ constexpr attribute_value device_attributes[] = {
     {116, 1},           // GPUDirectRDMASupported
     {117, 1},           // GPUDirectRDMAFlushWritesOptions
     {118, 0},           // GPUDirectRDMAWritesOrdering
-    {119, 0},           // MemoryPoolSupportedHandleTypes
+    {119, 1},           // MemoryPoolSupportedHandleTypes: POSIX file descriptors (ipc.cpp)
     {120, 1},           // ClusterLaunch
     {121, 1},           // DeferredMappingCudaArraySupported
-    {125, 0},           // IpcEventSupport
+    {125, 1},           // IpcEventSupport
     {126, 4},           // MemSyncDomainCount
     {130, 0},           // NumaConfig
     {131, -1},          // NumaId

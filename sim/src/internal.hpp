@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cuscope/sim.hpp"
+#include "ipc.hpp"
 #include "pool_allocator.hpp"
 
 namespace cuscope::sim::detail {
@@ -126,10 +127,13 @@ class device_backing final : public pool_backing {
   void release_part(const mapped_memory& memory, std::size_t offset,
                     std::size_t bytes) noexcept override;
   void unmap(const mapped_memory& memory) noexcept override;
+  // An exportable pool maps its memory from its shared file (ipc.cpp).
+  void share(ipc_share* s) noexcept { share_ = s; }
 
  private:
   state* g_;
   int device_;
+  ipc_share* share_ = nullptr;
 };
 
 }  // namespace cuscope::sim::detail
@@ -163,6 +167,8 @@ struct CUevent_st {
   std::uint64_t seq = 0;          // its operation
   cuscope::sim::detail::order_clock known;
   std::chrono::steady_clock::time_point time{};
+  // An interprocess event's shared state (ipc.cpp); null for other events.
+  std::shared_ptr<cuscope::sim::detail::ipc_event> ipc;
 };
 
 struct CUmemPoolHandle_st {
@@ -186,6 +192,8 @@ struct CUmemPoolHandle_st {
   // synchronization.
   bool foreign_frees_ran = false;
   std::map<int, cudaMemAccessFlags> peer_access;  // granted by cudaMemPoolSetAccess
+  // The shared file of an exportable or imported pool (ipc.cpp); null for other pools.
+  std::unique_ptr<cuscope::sim::detail::ipc_share> share;
   cuscope::sim::detail::device_backing backing;
   cuscope::sim::detail::pool_allocator allocator;  // after backing, which it uses
 };
@@ -199,7 +207,8 @@ struct region {
   std::byte* host = nullptr;
 };
 
-enum class alloc_kind { malloc, stream_ordered };
+// imported: mapped from another process's pool by cudaMemPoolImportPointer (ipc.cpp).
+enum class alloc_kind { malloc, stream_ordered, imported };
 
 struct device_allocation {
   std::uintptr_t ptr = 0;
@@ -359,7 +368,9 @@ inline device_state* current_device(state& g) {
 // Memory (memory.cpp).
 std::size_t device_free_bytes(const state& g, const device_state& d);
 // Reserves bytes of device address space with host memory behind it; false when none is left.
-bool reserve_region(device_state& d, std::size_t bytes, region& out);
+// With a file, the memory is the file's from file_offset on, shared with other processes.
+bool reserve_region(device_state& d, std::size_t bytes, region& out, int fd = -1,
+                    std::size_t file_offset = 0);
 // Gives back the region that starts at va.
 void release_region(state& g, int device, std::uintptr_t va);
 // Gives back the memory of [va, va + bytes), which lies inside one region, and keeps its
@@ -424,6 +435,27 @@ void pool_release_if_destroyed(CUmemPoolHandle_st& pool);
 // max_size: as the props asked, 0 for none; the pool rounds it up to its granularity.
 CUmemPoolHandle_st* create_pool(state& g, int device, std::size_t max_size, bool is_default);
 void after_synchronize(state& g, int device);  // release thresholds
+
+// Memory and events across processes (ipc.cpp).
+bool ipc_map(state& g, int device, ipc_share& share, std::size_t bytes, mapped_memory& out);
+void ipc_release(ipc_share& share, const mapped_memory& memory, std::size_t offset,
+                 std::size_t bytes) noexcept;
+void ipc_unmap(ipc_share& share, const mapped_memory& memory) noexcept;
+// An exportable pool's share, made when the pool is created; false when it cannot be made.
+bool ipc_share_pool(state& g, CUmemPoolHandle_st& pool);
+// The exporting process frees an allocation of an exportable pool (when the free runs).
+void ipc_exporter_freed(state& g, CUmemPoolHandle_st& pool, std::uintptr_t ptr, const char* api);
+// Frees an imported allocation on s, or at once when s is null (cudaFree).
+cudaError_t ipc_free_imported(state& g,
+                              std::map<std::uintptr_t, device_allocation>::iterator allocation,
+                              CUstream_st* s);
+void ipc_release_imported_pool_if_done(CUmemPoolHandle_st& pool) noexcept;
+// Interprocess events: the shared block is made when the event is created.
+bool ipc_event_create(CUevent_st& e);
+void ipc_event_recorded(state& g, CUevent_st& e, CUstream_st& s);
+cudaError_t ipc_stream_wait(state& g, CUstream_st& s, CUevent_st& e);
+cudaError_t ipc_event_query(state& g, CUevent_st& e);
+cudaError_t ipc_event_synchronize(state& g, CUevent_st& e);
 
 inline bool valid_pool(const state& g, cudaMemPool_t pool) {
   return pool != nullptr && g.pool_handles.count(pool) != 0 && !pool->destroyed;

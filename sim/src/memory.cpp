@@ -31,13 +31,16 @@ std::size_t device_free_bytes(const state& g, const device_state& d) {
   return held >= g.config.total_bytes ? 0 : g.config.total_bytes - held;
 }
 
-bool reserve_region(device_state& d, std::size_t bytes, region& out) {
+bool reserve_region(device_state& d, std::size_t bytes, region& out, int fd,
+                    std::size_t file_offset) {
   const std::size_t size = round_up(bytes, page_bytes);
   auto it = std::find_if(d.free_ranges.begin(), d.free_ranges.end(),
                          [&](const auto& r) { return r.second >= size; });
   if (it == d.free_ranges.end()) return false;
-  void* host = mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* host = fd < 0 ? mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                      : mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                             static_cast<off_t>(file_offset));
   if (host == MAP_FAILED) return false;
   const std::size_t offset = it->first;
   const std::size_t left = it->second - size;
@@ -110,6 +113,7 @@ void release_region_range(state& g, int device, std::uintptr_t va, std::size_t b
 bool device_backing::map(std::size_t bytes, mapped_memory& out) {
   device_state& d = g_->devices[static_cast<std::size_t>(device_)];
   if (device_free_bytes(*g_, d) < bytes) return false;
+  if (share_ != nullptr) return ipc_map(*g_, device_, *share_, bytes, out);
   region r;
   if (!reserve_region(d, bytes, r)) return false;
   out = mapped_memory{r.va, r.size, r.host};
@@ -123,10 +127,12 @@ bool device_backing::can_map(std::size_t bytes) const noexcept {
 void device_backing::release_part(const mapped_memory& memory, std::size_t offset,
                                   std::size_t bytes) noexcept {
   release_region_part(*g_, device_, memory.va + offset, bytes);
+  if (share_ != nullptr) ipc_release(*share_, memory, offset, bytes);
 }
 
 void device_backing::unmap(const mapped_memory& memory) noexcept {
   release_region_range(*g_, device_, memory.va, memory.size);
+  if (share_ != nullptr) ipc_unmap(*share_, memory);
 }
 
 std::byte* translate(state& g, std::uintptr_t address, std::size_t bytes) {
@@ -635,6 +641,7 @@ cudaError_t CUDARTAPI cudaFree(void* ptr) {
     else
       revoke(g, it->second.ptr, it->second.size, "cudaFree");
     if (it->second.kind == alloc_kind::stream_ordered) return pool_free(g, it, nullptr);
+    if (it->second.kind == alloc_kind::imported) return ipc_free_imported(g, it, nullptr);
     release_malloc(g, it->second.ptr, it->second.footprint, it->second.device);
     g.device_allocs.erase(it);
     return cudaSuccess;

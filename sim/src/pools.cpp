@@ -99,6 +99,7 @@ cudaError_t pool_free(state& g, std::map<std::uintptr_t, device_allocation>::ite
   CUmemPoolHandle_st* pool = a.pool;
   g.device_allocs.erase(allocation);
   if (s == nullptr) {
+    if (pool->share != nullptr) ipc_exporter_freed(g, *pool, a.ptr, "cudaFree");
     poison(a.place.host(), std::min(a.footprint, poison_limit));
     pool->allocator.free_now(a.place);
     pool_release_if_destroyed(*pool);
@@ -107,6 +108,8 @@ cudaError_t pool_free(state& g, std::map<std::uintptr_t, device_allocation>::ite
   const pending_free f = pool->allocator.free_later(a.place, free_tag{s->id, s->enqueued + 1});
   const bool foreign = s->device != pool->device;
   enqueue(g, *s, [pool, f, foreign] {
+    if (pool->share != nullptr)
+      ipc_exporter_freed(global(), *pool, f.chunk->mem.va + f.offset, "cudaFreeAsync");
     poison(f.chunk->mem.host + f.offset, std::min(f.size, poison_limit));
     pool->allocator.complete(f);
     if (foreign) pool->foreign_frees_ran = true;
@@ -118,6 +121,10 @@ cudaError_t pool_free(state& g, std::map<std::uintptr_t, device_allocation>::ite
 void pool_release_if_destroyed(CUmemPoolHandle_st& pool) {
   if (!pool.destroyed || pool.allocator.used() != 0 || pool.allocator.pending_frees() != 0) return;
   pool.allocator.release_all();
+  if (pool.share != nullptr && !pool.share->imported) {
+    pool.backing.share(nullptr);
+    pool.share.reset();
+  }
 }
 
 void after_synchronize(state& g, int device) {
@@ -127,6 +134,8 @@ void after_synchronize(state& g, int device) {
     // device 1 stream).
     if (p->device != device && !p->foreign_frees_ran) continue;
     if (p->device != device) p->foreign_frees_ran = false;
+    // IPC pools do not give memory back (Guide 4.3.3.4.4): their threshold is ignored.
+    if (p->share != nullptr) continue;
     if (p->allocator.reserved() > p->release_threshold)
       p->allocator.trim(static_cast<std::size_t>(
           std::min<std::uint64_t>(p->release_threshold, std::numeric_limits<std::size_t>::max())));
@@ -161,7 +170,9 @@ cudaError_t malloc_from_pool_async(void** ptr, std::size_t bytes, cudaMemPool_t 
                                    cudaStream_t stream, bool ptds) {
   return call("cudaMallocFromPoolAsync", [&](state& g) -> cudaError_t {
     if (ptr == nullptr) return cudaErrorInvalidValue;
-    if (!valid_pool(g, pool)) return null_on_failure(ptr, cudaErrorInvalidValue);
+    // Imported pools serve no allocations (Guide 4.3.3.4.5).
+    if (!valid_pool(g, pool) || (pool->share != nullptr && pool->share->imported))
+      return null_on_failure(ptr, cudaErrorInvalidValue);
     CUstream_st* s = nullptr;
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess)
       return null_on_failure(ptr, e);
@@ -178,6 +189,7 @@ cudaError_t free_async(void* ptr, cudaStream_t stream, bool ptds) {
     if (it == g.device_allocs.end()) return invalid_free(g, ptr, "cudaFreeAsync");
     remember_free(g, it->second, "cudaFreeAsync");
     if (it->second.kind == alloc_kind::stream_ordered) return pool_free(g, it, s);
+    if (it->second.kind == alloc_kind::imported) return ipc_free_imported(g, it, s);
     // Memory from cudaMalloc may be freed in stream order too: the allocation is gone now, its
     // memory goes back to the device when the free runs.
     const std::uintptr_t p = it->second.ptr;
@@ -221,10 +233,18 @@ cudaError_t CUDARTAPI cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolPr
 #if CUDART_VERSION >= 12020
     max_size = props->maxSize;
 #endif
-    *pool = create_pool(g, props->location.id, max_size, false);
-    (*pool)->handle_types = props->handleTypes;
+    // Only POSIX file descriptors can be exported (cudaDevAttrMemoryPoolSupportedHandleTypes).
+    if ((props->handleTypes & ~cudaMemHandleTypePosixFileDescriptor) != 0)
+      return cudaErrorNotSupported;
+    CUmemPoolHandle_st* created = create_pool(g, props->location.id, max_size, false);
+    created->handle_types = props->handleTypes;
+    if (props->handleTypes != cudaMemHandleTypeNone && !ipc_share_pool(g, *created)) {
+      created->destroyed = true;
+      return cudaErrorMemoryAllocation;
+    }
+    *pool = created;
 #if defined(cudaMemPoolCreateUsageHwDecompress)
-    (*pool)->hw_decompress = (props->usage & cudaMemPoolCreateUsageHwDecompress) != 0;
+    created->hw_decompress = (props->usage & cudaMemPoolCreateUsageHwDecompress) != 0;
 #endif
     return cudaSuccess;
   });
@@ -238,6 +258,7 @@ cudaError_t CUDARTAPI cudaMemPoolDestroy(cudaMemPool_t pool) {
     if (d.current_pool == pool) d.current_pool = d.default_pool;
     // Memory behind live allocations or frees that have not run is released once they are gone.
     pool_release_if_destroyed(*pool);
+    ipc_release_imported_pool_if_done(*pool);
     return cudaSuccess;
   });
 }
@@ -288,6 +309,19 @@ cudaError_t CUDARTAPI cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAtt
       *static_cast<int*>(value) = v;
       return cudaSuccess;
     };
+    // An imported pool's statistics are the allocations this process imported (Guide 4.3.3.4.5).
+    if (pool->share != nullptr && pool->share->imported) {
+      switch (static_cast<int>(attr)) {
+        case pool_attr::reserved_current:
+        case pool_attr::used_current:
+          return u64(pool->share->imported_bytes);
+        case pool_attr::reserved_high:
+        case pool_attr::used_high:
+          return u64(pool->share->imported_high);
+        default:
+          break;
+      }
+    }
     switch (static_cast<int>(attr)) {
       case pool_attr::follow_event_dependencies:
         return integer(pool->follow_event_dependencies ? 1 : 0);
@@ -331,7 +365,8 @@ cudaError_t CUDARTAPI cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAtt
 cudaError_t CUDARTAPI cudaMemPoolTrimTo(cudaMemPool_t pool, size_t min_bytes_to_keep) {
   return call("cudaMemPoolTrimTo", [&](state& g) -> cudaError_t {
     if (!valid_pool(g, pool)) return cudaErrorInvalidValue;
-    pool->allocator.trim(min_bytes_to_keep);
+    // IPC pools do not give memory back: the trim has no effect (Guide 4.3.3.4.4).
+    if (pool->share == nullptr) pool->allocator.trim(min_bytes_to_keep);
     return cudaSuccess;
   });
 }
@@ -407,6 +442,7 @@ cudaError_t CUDARTAPI cudaDeviceSetMemPool(int device, cudaMemPool_t pool) {
     device_state* d = find_device(g, device);
     if (d == nullptr) return cudaErrorInvalidDevice;
     if (!valid_pool(g, pool) || pool->device != device) return cudaErrorInvalidValue;
+    if (pool->share != nullptr && pool->share->imported) return cudaErrorInvalidValue;
     d->current_pool = pool;
     return cudaSuccess;
   });

@@ -339,6 +339,10 @@ cudaError_t create_event(state& g, cudaEvent_t* event, unsigned flags) {
   e->flags = flags;
   e->device = d->index;
   e->created_by_call = g.calls;
+  if ((flags & cudaEventInterprocess) != 0 && !ipc_event_create(*e)) {
+    delete e;
+    return cudaErrorMemoryAllocation;
+  }
   g.event_handles.insert(e);
   *event = e;
   return cudaSuccess;
@@ -441,6 +445,7 @@ cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned f
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
     if (!valid_event(g, event)) return cudaErrorInvalidResourceHandle;
     if ((flags & ~static_cast<unsigned>(cudaEventWaitExternal)) != 0) return cudaErrorInvalidValue;
+    if (event->ipc != nullptr) return ipc_stream_wait(g, *s, *event);
     if (event->generation == 0) return cudaSuccess;  // never recorded: nothing to wait for
     if (event->completed_generation < event->generation)
       enqueue(g, *s, {}, {{event->stream, event->seq}});
@@ -471,6 +476,7 @@ cudaError_t event_record(cudaEvent_t event, cudaStream_t stream, unsigned flags,
     });
     event->known = s->known;
     event->known[s->id] = event->seq;
+    if (event->ipc != nullptr) ipc_event_recorded(g, *event, *s);
     return cudaSuccess;
   });
 }
@@ -585,6 +591,7 @@ cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t event) {
   return call("cudaEventDestroy", [&](state& g) -> cudaError_t {
     if (!valid_event(g, event)) return cudaErrorInvalidResourceHandle;
     event->destroyed = true;
+    event->ipc.reset();  // waits still queued keep the shared state alive
     g.destroyed_events.push_back(event);
     forget_destroyed_events(g);
     return cudaSuccess;
@@ -603,6 +610,7 @@ cudaError_t CUDARTAPI cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t s
 cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
   return call("cudaEventQuery", [&](state& g) -> cudaError_t {
     if (!valid_event(g, event)) return cudaErrorInvalidResourceHandle;
+    if (event->ipc != nullptr) return ipc_event_query(g, *event);
     if (event->completed_generation >= event->generation) return sticky_or_success(g);
     return query(g, *event->stream, event->seq);
   });
@@ -611,6 +619,9 @@ cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
 cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t event) {
   return call("cudaEventSynchronize", [&](state& g) -> cudaError_t {
     if (!valid_event(g, event)) return cudaErrorInvalidResourceHandle;
+    if (event->ipc != nullptr) {
+      if (const cudaError_t e = ipc_event_synchronize(g, *event); e != cudaSuccess) return e;
+    }
     if (event->completed_generation < event->generation) drive(g, {{event->stream, event->seq}});
     if (event->stream != nullptr) observe(g, *event->stream, event->seq, event->known);
     after_synchronize(g, event->device);

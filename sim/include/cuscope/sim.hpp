@@ -48,6 +48,10 @@ struct device_config {
   /// cudaMallocAsync and cudaMallocFromPoolAsync of 0 bytes succeed and leave *ptr as it was, as
   /// CUDA 11.2 was seen to do. Off: they write nullptr.
   bool zero_byte_async_keeps_pointer = true;
+  /// How long work that waits for an interprocess event recorded in another process, or a
+  /// cudaEventSynchronize of one, waits before the simulation reports a hang: a fault line and
+  /// the sticky cudaErrorLaunchTimeout (a GPU would wait forever).
+  std::chrono::milliseconds ipc_timeout{10000};
 };
 
 /// @brief Starts a fresh simulated process: runs all pending work, then forgets every device,
@@ -111,7 +115,8 @@ template <class T>
 /// @brief One line per misuse of the runtime that the simulation recognised since the last reset,
 /// with the call numbers involved: a second free of the same pointer (cudaFree or cudaFreeAsync),
 /// a free of a pointer inside an allocation, a free of memory it never allocated. Each call also
-/// returned cudaErrorInvalidValue, as on a GPU.
+/// returned cudaErrorInvalidValue, as on a GPU. Also the free of an exported allocation that ran
+/// while another process still mapped it, which returns no error (nor does a GPU).
 [[nodiscard]] std::string misuse_report();
 
 /// @brief Operations enqueued on streams of any device and not yet run (always 0 in eager mode).
