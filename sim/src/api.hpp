@@ -31,6 +31,14 @@ cudaError_t free_async(void* ptr, cudaStream_t stream, bool ptds);
 cudaError_t memcpy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t spitch,
                       std::size_t width, std::size_t height, cudaMemcpyKind kind,
                       cudaStream_t stream, bool ptds, bool synchronous_call);
+cudaError_t stream_begin_capture(cudaStream_t stream, int mode, bool ptds);
+cudaError_t stream_end_capture(cudaStream_t stream, cudaGraph_t* graph, bool ptds);
+cudaError_t stream_is_capturing(cudaStream_t stream, cudaStreamCaptureStatus* status, bool ptds);
+cudaError_t stream_get_capture_info(cudaStream_t stream, cudaStreamCaptureStatus* status,
+                                    unsigned long long* id, cudaGraph_t* graph,
+                                    const cudaGraphNode_t** dependencies, std::size_t* count,
+                                    bool ptds);
+cudaError_t graph_launch(cudaGraphExec_t exec, cudaStream_t stream, bool ptds);
 cudaError_t stream_get_id(cudaStream_t stream, unsigned long long* id, bool ptds);
 cudaError_t memcpy_peer(void* dst, int dst_device, const void* src, int src_device,
                         std::size_t count, cudaStream_t stream, const char* api);

@@ -102,6 +102,20 @@ const char* const simulated_apis[] = {
     "cudaLaunchKernelExC",
     "cudaFuncGetAttributes",
     "cudaFuncSetAttribute",
+    "cudaStreamBeginCapture",
+    "cudaStreamEndCapture",
+    "cudaStreamIsCapturing",
+    "cudaStreamGetCaptureInfo",
+    "cudaThreadExchangeStreamCaptureMode",
+    "cudaGraphGetNodes",
+    "cudaGraphNodeGetType",
+    "cudaGraphInstantiate",
+    "cudaGraphLaunch",
+    "cudaGraphExecDestroy",
+    "cudaGraphDestroy",
+    "cudaDeviceGetGraphMemAttribute",
+    "cudaDeviceSetGraphMemAttribute",
+    "cudaDeviceGraphMemTrim",
 };
 
 bool real_cuda_allowed() {
@@ -187,6 +201,7 @@ void build(state& g) {
 }
 
 void teardown(state& g) {
+  graphs_teardown(g);
   for (auto& p : g.pools)
     p->allocator.release_all();
   for (device_state& d : g.devices)
@@ -234,7 +249,10 @@ std::string report(const state& g) {
                   "%s %p: %zu bytes on device %d from %s%s%s, stream %" PRIu64 ", call #%" PRIu64
                   " (%s)\n",
                   a.kind == alloc_kind::imported ? "imported allocation" : "device allocation",
-                  reinterpret_cast<void*>(ptr), a.size, a.device, a.pool ? "pool " : "cudaMalloc",
+                  reinterpret_cast<void*>(ptr), a.size, a.device,
+                  a.pool                        ? "pool "
+                  : a.kind == alloc_kind::graph ? "graph memory"
+                                                : "cudaMalloc",
                   a.pool ? pointer_text(a.pool).c_str() : "",
                   a.pool && a.pool->is_default     ? " (default pool)"
                   : a.kind == alloc_kind::imported ? " (imported from another process)"
@@ -269,6 +287,7 @@ std::string report(const state& g) {
                   static_cast<const void*>(e), e->device, e->created_by_call);
     out += line;
   }
+  graphs_report(g, out);
   for (const auto& p : g.pools) {
     if (p->is_default || p->destroyed) continue;
     std::snprintf(

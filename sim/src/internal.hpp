@@ -116,6 +116,9 @@ struct operation {
 
 struct host_thread;  // the runtime's own thread for host functions (streams.cpp)
 
+struct capture_sequence;  // a stream capture in progress (graphs.cpp)
+struct graph_state;       // graphs, executable graphs and graph memory (graphs.cpp)
+
 struct state;
 
 // Maps pool memory from a device's memory and address range (memory.cpp).
@@ -153,6 +156,8 @@ struct CUstream_st {
   std::uint64_t completed = 0;  // seq of the last operation that ran
   std::uint64_t observed = 0;   // seq of the last operation a synchronization saw complete
   cuscope::sim::detail::order_clock known;
+  // The capture this stream takes part in (begun on it or joined through an event), or null.
+  cuscope::sim::detail::capture_sequence* capture = nullptr;
 };
 
 struct CUevent_st {
@@ -169,6 +174,7 @@ struct CUevent_st {
   std::chrono::steady_clock::time_point time{};
   // An interprocess event's shared state (ipc.cpp); null for other events.
   std::shared_ptr<cuscope::sim::detail::ipc_event> ipc;
+  std::uint64_t captured_in = 0;  // id of the capture its latest record was captured by, or 0
 };
 
 struct CUmemPoolHandle_st {
@@ -207,8 +213,9 @@ struct region {
   std::byte* host = nullptr;
 };
 
-// imported: mapped from another process's pool by cudaMemPoolImportPointer (ipc.cpp).
-enum class alloc_kind { malloc, stream_ordered, imported };
+// imported: mapped from another process's pool by cudaMemPoolImportPointer (ipc.cpp); graph: a
+// graph allocation node's address (graphs.cpp).
+enum class alloc_kind { malloc, stream_ordered, imported, graph };
 
 struct device_allocation {
   std::uintptr_t ptr = 0;
@@ -255,6 +262,12 @@ struct device_state {
   CUstream_st* legacy = nullptr;
   std::vector<CUstream_st*> streams;  // every stream of the device, legacy included
   std::set<int> peers;                // cudaDeviceEnablePeerAccess from this device
+  // Graph memory (cudaDeviceGetGraphMemAttribute): bytes mapped for graphs, and bytes the graph
+  // allocator holds from the device (mapped or cached for later launches).
+  std::size_t graph_used = 0;
+  std::size_t graph_used_high = 0;
+  std::size_t graph_reserved = 0;
+  std::size_t graph_reserved_high = 0;
 };
 
 // Memory that cudaFree, cudaFreeHost or cudaHostUnregister took away while work enqueued before
@@ -309,6 +322,7 @@ struct state {
   // The last frees of device memory, by pointer, until the address is allocated again.
   std::map<std::uintptr_t, freed_allocation> recent_frees;
   std::deque<std::pair<std::uintptr_t, std::uint64_t>> recent_free_order;  // pointer, free call
+  graph_state* graphs = nullptr;  // created at the first capture (graphs.cpp)
 };
 
 state& global();
@@ -327,6 +341,7 @@ struct thread_state {
   int device = 0;
   cudaError_t last_error = cudaSuccess;
   std::unordered_map<int, CUstream_st*> per_thread_streams;
+  int capture_mode = cudaStreamCaptureModeGlobal;  // cudaThreadExchangeStreamCaptureMode
 };
 thread_state& this_thread();
 bool& in_host_function();
@@ -456,6 +471,35 @@ void ipc_event_recorded(state& g, CUevent_st& e, CUstream_st& s);
 cudaError_t ipc_stream_wait(state& g, CUstream_st& s, CUevent_st& e);
 cudaError_t ipc_event_query(state& g, CUevent_st& e);
 cudaError_t ipc_event_synchronize(state& g, CUevent_st& e);
+// Stream capture and graphs (graphs.cpp). docs/simulated-device.md, "Stream capture and graphs".
+// Work enqueued on a capturing stream becomes a node of its capture's graph instead of running.
+void capture_work(state& g, CUstream_st& s, work_fn work, cudaHostFn_t host_fn, void* host_data);
+// Before enqueuing on s: an error when s belongs to an invalidated capture, or when s is the
+// legacy stream while a blocking stream of its device captures (which invalidates that capture).
+cudaError_t capture_check_enqueue(state& g, CUstream_st& s);
+// Before synchronizing with or querying s (or a synchronous copy on it).
+cudaError_t capture_check_sync(state& g, CUstream_st& s);
+// Before a synchronization of the whole device.
+cudaError_t capture_check_device_sync(state& g, int device);
+// Before a call that stream capture cannot see (cudaMalloc): refused where the calling thread's
+// capture interaction mode prohibits it.
+cudaError_t capture_check_unsafe(state& g);
+// Before querying or synchronizing an event: refused when its latest record was captured.
+cudaError_t capture_check_event(state& g, CUevent_st& e);
+// cudaMallocAsync on a capturing stream: an allocation node, with its address fixed now.
+cudaError_t capture_allocate(state& g, CUstream_st& s, const CUmemPoolHandle_st& pool,
+                             std::size_t bytes, void** out);
+// Frees a graph allocation: a free node when s captures, else in stream order (or at once when s
+// is null, for cudaFree).
+cudaError_t graph_free(state& g, std::map<std::uintptr_t, device_allocation>::iterator allocation,
+                       CUstream_st* s);
+// cudaEventRecord on a capturing stream.
+cudaError_t capture_event_record(state& g, CUstream_st& s, CUevent_st& e);
+// cudaStreamWaitEvent where s captures or the event was captured; handled is false when neither.
+cudaError_t capture_wait_event(state& g, CUstream_st& s, CUevent_st& e, unsigned flags,
+                               bool& handled);
+void graphs_teardown(state& g);
+void graphs_report(const state& g, std::string& out);
 
 inline bool valid_pool(const state& g, cudaMemPool_t pool) {
   return pool != nullptr && g.pool_handles.count(pool) != 0 && !pool->destroyed;

@@ -123,6 +123,7 @@ cudaError_t launch_kernel(const char* api, const void* kernel, dim3 grid, dim3 b
     const registered_function& f = found->second;
     CUstream_st* s = nullptr;
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
+    if (const cudaError_t e = capture_check_enqueue(g, *s); e != cudaSuccess) return e;
     if (!valid_dimensions(grid, block)) return cudaErrorInvalidConfiguration;
     const auto limit =
         static_cast<std::size_t>(std::max(f.attributes.max_dynamic_shared_bytes, 48 * 1024));

@@ -25,7 +25,7 @@ constexpr std::size_t page_bytes = 4096;
 }  // namespace
 
 std::size_t device_free_bytes(const state& g, const device_state& d) {
-  std::size_t held = g.config.context_bytes + d.malloc_bytes;
+  std::size_t held = g.config.context_bytes + d.malloc_bytes + d.graph_reserved;
   for (const auto& p : g.pools)
     if (p->device == d.index) held += p->allocator.reserved();
   return held >= g.config.total_bytes ? 0 : g.config.total_bytes - held;
@@ -341,6 +341,10 @@ cudaError_t copy(state& g, void* dst, const void* src, std::size_t count, cudaMe
                  cudaStream_t stream, bool ptds, bool synchronous_call) {
   CUstream_st* s = nullptr;
   if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
+  if (const cudaError_t e =
+          synchronous_call ? capture_check_sync(g, *s) : capture_check_enqueue(g, *s);
+      e != cudaSuccess)
+    return e;
   if (count == 0) return cudaSuccess;
   memory to = classify(g, dst, count);
   memory from = classify(g, src, count);
@@ -415,6 +419,7 @@ cudaError_t fill(state& g, void* dst, int value, std::size_t count, cudaStream_t
                  bool synchronous_call) {
   CUstream_st* s = nullptr;
   if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
+  if (const cudaError_t e = capture_check_enqueue(g, *s); e != cudaSuccess) return e;
   if (count == 0) return cudaSuccess;
   const memory to = classify(g, dst, count);
   const std::uint64_t ticket = g.next_ticket;  // the memset's, given by enqueue below
@@ -483,6 +488,7 @@ cudaError_t mem_prefetch(const void* ptr, std::size_t count, int device, cudaStr
   return call(api_name, [&](state& g) -> cudaError_t {
     CUstream_st* s = nullptr;
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
+    if (const cudaError_t e = capture_check_enqueue(g, *s); e != cudaSuccess) return e;
     if (device == cudaInvalidDeviceId) return cudaErrorInvalidValue;  // bad location or flags
     if (device != cudaCpuDeviceId && find_device(g, device) == nullptr)
       return cudaErrorInvalidDevice;
@@ -587,7 +593,11 @@ extern "C" {
 // Memory -----------------------------------------------------------------------------------------
 
 cudaError_t CUDARTAPI cudaMalloc(void** ptr, size_t bytes) {
-  return call("cudaMalloc", [&](state& g) { return allocate_device(g, ptr, bytes, "cudaMalloc"); });
+  return call("cudaMalloc", [&](state& g) {
+    // "During stream capture ... some actions, such as a call to cudaMalloc, may be unsafe."
+    if (const cudaError_t e = capture_check_unsafe(g); e != cudaSuccess) return e;
+    return allocate_device(g, ptr, bytes, "cudaMalloc");
+  });
 }
 
 cudaError_t CUDARTAPI cudaMallocPitch(void** ptr, size_t* pitch, size_t width, size_t height) {
@@ -633,6 +643,7 @@ cudaError_t CUDARTAPI cudaFree(void* ptr) {
         return free_managed(g, managed);
       return invalid_free(g, ptr, "cudaFree");
     }
+    if (it->second.kind == alloc_kind::graph) return graph_free(g, it, nullptr);
     remember_free(g, it->second, "cudaFree");
     // CUDA promises no synchronization for stream-ordered memory and only allows it for the
     // rest: by default the memory goes at once, and earlier work that still touches it faults.

@@ -161,7 +161,11 @@ cudaError_t malloc_async(void** ptr, std::size_t bytes, cudaStream_t stream, boo
     CUstream_st* s = nullptr;
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess)
       return null_on_failure(ptr, e);
+    if (const cudaError_t e = capture_check_enqueue(g, *s); e != cudaSuccess)
+      return null_on_failure(ptr, e);
     CUmemPoolHandle_st* pool = g.devices[static_cast<std::size_t>(s->device)].current_pool;
+    if (s->capture != nullptr)
+      return null_on_failure(ptr, capture_allocate(g, *s, *pool, bytes, ptr));
     return null_on_failure(ptr, pool_allocate(g, *pool, bytes, *s, "cudaMallocAsync", ptr));
   });
 }
@@ -176,6 +180,10 @@ cudaError_t malloc_from_pool_async(void** ptr, std::size_t bytes, cudaMemPool_t 
     CUstream_st* s = nullptr;
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess)
       return null_on_failure(ptr, e);
+    if (const cudaError_t e = capture_check_enqueue(g, *s); e != cudaSuccess)
+      return null_on_failure(ptr, e);
+    if (s->capture != nullptr)
+      return null_on_failure(ptr, capture_allocate(g, *s, *pool, bytes, ptr));
     return null_on_failure(ptr, pool_allocate(g, *pool, bytes, *s, "cudaMallocFromPoolAsync", ptr));
   });
 }
@@ -184,9 +192,14 @@ cudaError_t free_async(void* ptr, cudaStream_t stream, bool ptds) {
   return call("cudaFreeAsync", [&](state& g) -> cudaError_t {
     CUstream_st* s = nullptr;
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
+    if (const cudaError_t e = capture_check_enqueue(g, *s); e != cudaSuccess) return e;
     if (ptr == nullptr) return cudaSuccess;
     const auto it = g.device_allocs.find(reinterpret_cast<std::uintptr_t>(ptr));
     if (it == g.device_allocs.end()) return invalid_free(g, ptr, "cudaFreeAsync");
+    if (it->second.kind == alloc_kind::graph) return graph_free(g, it, s);
+    // "During stream capture, this function results in the creation of a free node and must
+    // therefore be passed the address of a graph allocation."
+    if (s->capture != nullptr) return cudaErrorInvalidValue;
     remember_free(g, it->second, "cudaFreeAsync");
     if (it->second.kind == alloc_kind::stream_ordered) return pool_free(g, it, s);
     if (it->second.kind == alloc_kind::imported) return ipc_free_imported(g, it, s);

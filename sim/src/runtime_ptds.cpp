@@ -109,4 +109,37 @@ cudaError_t CUDARTAPI cudaFreeAsync(void* ptr, cudaStream_t stream) {
   return api::free_async(ptr, stream, true);
 }
 
+cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  return api::stream_begin_capture(stream, mode, true);
+}
+
+cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  return api::stream_end_capture(stream, graph, true);
+}
+
+cudaError_t CUDARTAPI cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  return api::stream_is_capturing(stream, status, true);
+}
+
+#if CUDART_VERSION >= 13000
+cudaError_t CUDARTAPI cudaStreamGetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatus* status,
+                                               unsigned long long* id, cudaGraph_t* graph,
+                                               const cudaGraphNode_t** dependencies,
+                                               const cudaGraphEdgeData** edge_data, size_t* count) {
+  if (edge_data != nullptr) *edge_data = nullptr;
+  return api::stream_get_capture_info(stream, status, id, graph, dependencies, count, true);
+}
+#else
+cudaError_t CUDARTAPI cudaStreamGetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatus* status,
+                                               unsigned long long* id, cudaGraph_t* graph,
+                                               const cudaGraphNode_t** dependencies,
+                                               size_t* count) {
+  return api::stream_get_capture_info(stream, status, id, graph, dependencies, count, true);
+}
+#endif
+
+cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  return api::graph_launch(exec, stream, true);
+}
+
 }  // extern "C"

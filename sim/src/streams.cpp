@@ -211,6 +211,10 @@ bool all_done(const std::vector<dependency>& deps) {
 
 std::uint64_t enqueue(state& g, CUstream_st& s, work_fn work, std::vector<dependency> deps,
                       cudaHostFn_t host_fn, void* host_data) {
+  if (s.capture != nullptr) {
+    capture_work(g, s, std::move(work), host_fn, host_data);
+    return 0;  // nothing to wait for: the work runs when a launch of the graph does
+  }
   device_state& d = g.devices[static_cast<std::size_t>(s.device)];
   const auto order_after = [&](CUstream_st& other) {
     if (other.enqueued > other.completed) deps.push_back({&other, other.enqueued});
@@ -384,6 +388,7 @@ cudaError_t stream_query(cudaStream_t stream, bool ptds) {
   return call("cudaStreamQuery", [&](state& g) -> cudaError_t {
     CUstream_st* s = nullptr;
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
+    if (const cudaError_t e = capture_check_sync(g, *s); e != cudaSuccess) return e;
     return query(g, *s, s->enqueued);
   });
 }
@@ -392,6 +397,7 @@ cudaError_t stream_synchronize(cudaStream_t stream, bool ptds) {
   return call("cudaStreamSynchronize", [&](state& g) -> cudaError_t {
     CUstream_st* s = nullptr;
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
+    if (const cudaError_t e = capture_check_sync(g, *s); e != cudaSuccess) return e;
     drive_stream(g, *s);
     observe(g, *s, s->completed, s->known);
     after_synchronize(g, s->device);
@@ -445,6 +451,11 @@ cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned f
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
     if (!valid_event(g, event)) return cudaErrorInvalidResourceHandle;
     if ((flags & ~static_cast<unsigned>(cudaEventWaitExternal)) != 0) return cudaErrorInvalidValue;
+    if (const cudaError_t e = capture_check_enqueue(g, *s); e != cudaSuccess) return e;
+    bool captured = false;
+    if (const cudaError_t e = capture_wait_event(g, *s, *event, flags, captured);
+        captured || e != cudaSuccess)
+      return e;
     if (event->ipc != nullptr) return ipc_stream_wait(g, *s, *event);
     if (event->generation == 0) return cudaSuccess;  // never recorded: nothing to wait for
     if (event->completed_generation < event->generation)
@@ -462,6 +473,9 @@ cudaError_t event_record(cudaEvent_t event, cudaStream_t stream, unsigned flags,
     CUstream_st* s = nullptr;
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
     if (s->device != event->device) return cudaErrorInvalidResourceHandle;
+    if (const cudaError_t e = capture_check_enqueue(g, *s); e != cudaSuccess) return e;
+    if (s->capture != nullptr) return capture_event_record(g, *s, *event);
+    event->captured_in = 0;
     const std::uint64_t generation = ++event->generation;
     ++event->pending_records;
     event->stream = s;
@@ -486,6 +500,7 @@ cudaError_t launch_host_func(cudaStream_t stream, cudaHostFn_t fn, void* data, b
     CUstream_st* s = nullptr;
     if (const cudaError_t e = resolve_stream(g, stream, ptds, s); e != cudaSuccess) return e;
     if (fn == nullptr) return cudaErrorInvalidValue;
+    if (const cudaError_t e = capture_check_enqueue(g, *s); e != cudaSuccess) return e;
     enqueue(g, *s, {}, {}, fn, data);
     return cudaSuccess;
   });
@@ -502,6 +517,7 @@ cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
   return call("cudaDeviceSynchronize", [&](state& g) -> cudaError_t {
     device_state* d = current_device(g);
     if (d == nullptr) return cudaErrorNoDevice;
+    if (const cudaError_t e = capture_check_device_sync(g, d->index); e != cudaSuccess) return e;
     drive_device(g, d->index);
     for (CUstream_st* s : d->streams)
       observe(g, *s, s->completed, s->known);
@@ -610,6 +626,7 @@ cudaError_t CUDARTAPI cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t s
 cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
   return call("cudaEventQuery", [&](state& g) -> cudaError_t {
     if (!valid_event(g, event)) return cudaErrorInvalidResourceHandle;
+    if (const cudaError_t e = capture_check_event(g, *event); e != cudaSuccess) return e;
     if (event->ipc != nullptr) return ipc_event_query(g, *event);
     if (event->completed_generation >= event->generation) return sticky_or_success(g);
     return query(g, *event->stream, event->seq);
@@ -619,6 +636,7 @@ cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
 cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t event) {
   return call("cudaEventSynchronize", [&](state& g) -> cudaError_t {
     if (!valid_event(g, event)) return cudaErrorInvalidResourceHandle;
+    if (const cudaError_t e = capture_check_event(g, *event); e != cudaSuccess) return e;
     if (event->ipc != nullptr) {
       if (const cudaError_t e = ipc_event_synchronize(g, *event); e != cudaSuccess) return e;
     }
