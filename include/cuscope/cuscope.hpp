@@ -11,6 +11,7 @@
 #include "device_span.hpp"
 #include "error.hpp"
 #include "event.hpp"
+#include "graph.hpp"
 #include "memory_pool.hpp"
 #include "pinned_buffer.hpp"
 #include "report.hpp"

@@ -85,7 +85,17 @@ namespace detail {
 inline void free_async_nothrow(void* ptr, cudaStream_t stream, int device) noexcept {
   if (ptr == nullptr) return;
   const stream_device_guard_nothrow on(stream, device);
-  (void)CUSCOPE_DETAIL_CLEANUP(cudaFreeAsync(ptr, stream), "device memory of a pool", ptr);
+  const cudaError_t status = cudaFreeAsync(ptr, stream);
+  if (status == cudaSuccess) return;
+  // In a stream capture, a free becomes a graph node and must name memory the graph allocated.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  const bool capturing = cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
+                         capture != cudaStreamCaptureStatusNone;
+  (void)cleanup_ok(status, "cudaFreeAsync(ptr, stream)",
+                   capturing ? "device memory of a pool, freed in a stream capture that did not "
+                               "allocate it (free it before the capture begins or after it ends)"
+                             : "device memory of a pool",
+                   ptr, __FILE__, __LINE__);
 }
 
 /// The limit on pool's reserved memory that the driver enforces (cudaMemPoolAttrMaxPoolSize, which
@@ -251,7 +261,13 @@ class pool_base {
                                             cudaError_t status, alloc_policy policy) const {
     (void)cudaGetLastError();
     recorder* const rec = self().recorder_;
-    if (status == cudaErrorMemoryAllocation && policy == alloc_policy::retry_after_trim) {
+    // A synchronization during a stream capture would invalidate it: no retry there.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    const bool capturing = cudaStreamIsCapturing(stream.get(), &capture) != cudaSuccess ||
+                           capture != cudaStreamCaptureStatusNone;
+    (void)cudaGetLastError();
+    if (status == cudaErrorMemoryAllocation && policy == alloc_policy::retry_after_trim &&
+        !capturing) {
       if (rec != nullptr) rec->record_retry(self().device_, self().handle_, stream.get(), bytes);
       // Frees still in flight on any stream become reusable once they complete, and trimming
       // returns what is unused so that a large request can be backed by one fresh block.

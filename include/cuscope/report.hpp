@@ -18,6 +18,7 @@
 #include "detail/nvml.hpp"
 #include "device.hpp"
 #include "error.hpp"
+#include "graph.hpp"
 #include "memory_pool.hpp"
 
 namespace cuscope {
@@ -71,6 +72,7 @@ struct device_memory_report {
   std::size_t total_bytes = 0;              ///< Device memory (cudaMemGetInfo).
   std::size_t free_bytes = 0;               ///< Free device memory (cudaMemGetInfo).
   std::vector<pool_usage> pools;            ///< The pools asked about, then the default pool.
+  graph_memory_stats graph;                 ///< The device's graph memory (CUDA graphs).
   nvml_process_usage process;               ///< This process as nvidia-smi sees it.
   std::optional<std::size_t> malloc_bytes;  ///< report_options::malloc_bytes.
 
@@ -85,10 +87,10 @@ struct device_memory_report {
       sum += p.reserved_bytes;
     return sum;
   }
-  /// @brief Taken memory no listed pool accounts for: the CUDA context, cudaMalloc, pools not
-  /// listed, other libraries and other processes.
+  /// @brief Taken memory no listed pool nor graph memory accounts for: the CUDA context,
+  /// cudaMalloc, pools not listed, other libraries and other processes.
   [[nodiscard]] std::size_t other_bytes() const noexcept {
-    const std::size_t pools_total = pool_reserved_bytes();
+    const std::size_t pools_total = pool_reserved_bytes() + graph.reserved_bytes;
     return taken_bytes() > pools_total ? taken_bytes() - pools_total : 0;
   }
 
@@ -110,11 +112,12 @@ struct device_memory_report {
   [[nodiscard]] bool has_process_footprint() const noexcept {
     return process.available && process.listed;
   }
-  /// @brief What this process holds outside the pools listed: cudaMalloc, the CUDA context,
-  /// other libraries' memory and pools not listed; 0 without has_process_footprint().
+  /// @brief What this process holds outside the pools listed and graph memory: cudaMalloc, the
+  /// CUDA context, other libraries' memory and pools not listed; 0 without
+  /// has_process_footprint().
   [[nodiscard]] std::size_t process_outside_pools_bytes() const noexcept {
     if (!has_process_footprint()) return 0;
-    const std::size_t pooled = pool_reserved_bytes();
+    const std::size_t pooled = pool_reserved_bytes() + graph.reserved_bytes;
     return process.used_bytes > pooled ? process.used_bytes - pooled : 0;
   }
   /// @brief process_outside_pools_bytes() less the cudaMalloc memory given in malloc_bytes: the
@@ -147,6 +150,11 @@ struct device_memory_report {
                     format_bytes(p.cached_bytes()).c_str());
       s += line;
     }
+    std::snprintf(line, sizeof line, "  %-34s %12s %12s %12s\n", "graph memory (CUDA graphs)",
+                  format_bytes(graph.reserved_bytes).c_str(),
+                  format_bytes(graph.used_bytes).c_str(),
+                  format_bytes(graph.cached_bytes()).c_str());
+    s += line;
     std::snprintf(line, sizeof line, "  %-34s %12s\n", "other (context, cudaMalloc, others)",
                   format_bytes(other_bytes()).c_str());
     s += line;
@@ -162,6 +170,7 @@ struct device_memory_report {
     };
     row("live allocations in the pools", pool_used_bytes());
     row("cached in the pools (trimmable)", pool_cached_bytes());
+    row("graph memory (trimmable)", graph.reserved_bytes);
     if (malloc_bytes) {
       row("cudaMalloc (as given)", *malloc_bytes);
       row("the rest (context, libraries)", process_rest_bytes());
@@ -226,6 +235,7 @@ inline named_pool to_named(std::size_t index, const memory_pool_ref& p) {
     r.pools.push_back(detail::usage_of(p.name, p.pool, is_default));
   }
   if (!default_listed) r.pools.push_back(detail::usage_of("default pool", default_pool, true));
+  r.graph = graph_memory(device);
   if (options.query_nvml) {
     char bus_id[32];
     std::snprintf(bus_id, sizeof bus_id, "%08x:%02x:%02x.0",

@@ -26,6 +26,7 @@
 #include "device_allocation.hpp"
 #include "device_buffer.hpp"
 #include "error.hpp"
+#include "graph.hpp"
 #include "memory_pool.hpp"
 #include "nvtx.hpp"
 #include "recorder.hpp"
@@ -73,6 +74,10 @@ struct session_report {
   /// for (session_options::synchronize_device), or memory was handed out on a stream the session
   /// was not given.
   bool synchronized_device = false;
+  std::size_t graph_used_bytes = 0;      ///< Device graph memory mapped at the end.
+  std::size_t graph_reserved_bytes = 0;  ///< Device graph memory reserved at the end.
+  std::size_t graph_returned_bytes = 0;  ///< Graph memory given back by the end's graph trim.
+  bool graph_trimmed = false;            ///< Whether the device's graph memory was trimmed.
   bool unwinding = false;  ///< Whether the session ended while an exception unwound the stack.
 
   /// @brief True when allocations made through the session outlived it, or memory of the pool
@@ -99,6 +104,12 @@ struct session_report {
     s += "  device free " + format_bytes(driver_free_at_entry_bytes) + " at entry, " +
          format_bytes(driver_free_at_exit_bytes) + " at exit (" + (gained ? "+" : "-") +
          format_bytes(delta) + ") of " + format_bytes(driver_total_bytes) + "\n";
+    if (graph_trimmed || graph_reserved_bytes != 0)
+      s += "  graph memory " + format_bytes(graph_used_bytes) + " in use, " +
+           format_bytes(graph_reserved_bytes) + " reserved" +
+           (graph_trimmed ? " (trimmed, " + format_bytes(graph_returned_bytes) + " returned)"
+                          : " (not trimmed)") +
+           "\n";
     if (leaked_allocations != 0)
       s += "  LEAKED " + std::to_string(leaked_allocations) + " allocation" +
            (leaked_allocations == 1 ? "" : "s") + ", " + format_bytes(leaked_bytes) + "\n";
@@ -156,6 +167,10 @@ struct session_options {
   std::vector<stream_ref> streams;
   /// @brief Synchronize the whole device at the end instead of the streams.
   bool synchronize_device = false;
+  /// @brief Also give the device's unused graph memory back at the end, after the
+  /// synchronization (cudaDeviceGraphMemTrim): what graphs captured in the session allocated,
+  /// which no pool trim touches. Graphs of other code on the device lose their cached memory too.
+  bool trim_graph_memory = false;
   /// @brief Records the session (its beginning and end, synchronizations, trims and the
   /// allocations of make_buffer under its id) into this recorder; by default the parent's, or the
   /// pool's attached recorder. It must outlive the session.
@@ -395,6 +410,26 @@ class session {
     report_.driver_total_bytes = total;
   }
 
+  void refuse_in_capture() const {
+    const std::string who = "cuscope::session '" + options_.name + "'";
+    detail::refuse_in_capture(stream_, pool_.device(), who, "finish");
+    for (const stream_ref s : options_.streams)
+      detail::refuse_in_capture(s, pool_.device(), who, "finish");
+  }
+
+  void read_graph_memory(bool trim) {
+    const int device = pool_.device();
+    const std::string who = "session '" + options_.name + "'";
+    detail::graph_memory_now(device, report_.graph_used_bytes, report_.graph_reserved_bytes, who);
+    if (!trim) return;
+    const std::size_t before = report_.graph_reserved_bytes;
+    CUSCOPE_DETAIL_TRY_FOR(cudaDeviceGraphMemTrim(device), who);
+    report_.graph_trimmed = true;
+    detail::graph_memory_now(device, report_.graph_used_bytes, report_.graph_reserved_bytes, who);
+    report_.graph_returned_bytes =
+        before > report_.graph_reserved_bytes ? before - report_.graph_reserved_bytes : 0;
+  }
+
   void restore_threshold_nothrow() noexcept {
     std::uint64_t value = *saved_threshold_;
     if (CUSCOPE_DETAIL_CLEANUP(
@@ -446,7 +481,18 @@ class session {
       }
     };
     step([&] { report_.reserved_at_finish_bytes = pool_.stats().reserved_bytes; });
-    step([&] { synchronize(); });
+    // A capture on the session's streams cannot survive a synchronization: refuse the
+    // synchronization and the trims that need it, and leave the capture intact.
+    bool capturing = false;
+    step([&] {
+      try {
+        refuse_in_capture();
+      } catch (const std::logic_error&) {
+        capturing = true;
+        throw;
+      }
+    });
+    if (!capturing) step([&] { synchronize(); });
     step([&] {
       const pool_stats s = pool_.stats();
       observe(s.used_high_bytes, s.reserved_high_bytes);
@@ -466,7 +512,7 @@ class session {
         saved_threshold_.reset();
       });
     }
-    if (options_.trim) {
+    if (options_.trim && !capturing) {
       step([&] {
         pool_.trim_to(options_.keep_bytes.value_or(report_.reserved_at_entry_bytes));
         report_.trimmed = true;
@@ -479,6 +525,7 @@ class session {
               ? report_.reserved_at_finish_bytes - report_.reserved_at_exit_bytes
               : 0;
     });
+    step([&] { read_graph_memory(options_.trim_graph_memory && !capturing); });
     step([&] { read_driver(report_.driver_free_at_exit_bytes); });
     report_.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();

@@ -24,6 +24,7 @@
 #include "../device_buffer.hpp"
 #include "../error.hpp"
 #include "../event.hpp"
+#include "../graph.hpp"
 #include "../memory_pool.hpp"
 #include "../pinned_buffer.hpp"
 #include "../stream.hpp"
@@ -97,6 +98,12 @@ class batch_pipeline {
       throw std::invalid_argument("cuscope::batches: " + stream.describe() + " belongs to device " +
                                   std::to_string(device) + ", not to device " +
                                   std::to_string(pool_.device()) + " of the pool");
+    // The pipeline waits on the host for its staging buffers, which a capture cannot record.
+    if (is_capturing(stream))
+      throw std::logic_error("cuscope::batches: " + stream.describe() +
+                             " is capturing a CUDA graph; batches wait on the host for their "
+                             "staging buffers, which a graph cannot record: run the batch loop "
+                             "outside the capture and capture the work on each batch instead");
     if (produce_) {
       kind_ = source_kind::produced;
     } else if (is_dma_ready(host_, elements * sizeof(T))) {
