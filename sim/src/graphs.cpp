@@ -311,6 +311,7 @@ cudaError_t capture_allocate(state& g, CUstream_st& s, const CUmemPoolHandle_st&
   entry.call = g.calls;
   entry.api = "cudaMallocAsync (graph allocation node)";
   g.device_allocs.emplace(r.va, entry);
+  forget_free(g, r.va);
   add_node(c, cudaGraphNodeTypeMemAlloc).allocation = &a;
   *out = reinterpret_cast<void*>(r.va);
   return cudaSuccess;
