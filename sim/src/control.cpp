@@ -208,7 +208,7 @@ void teardown(state& g) {
     while (!d.regions.empty())
       release_region(g, d.index, d.regions.begin()->first);
   for (auto& [ptr, h] : g.host_allocs)
-    if (!h.registered) std::free(reinterpret_cast<void*>(ptr));
+    if (!h.registered && !h.pool_chunk) std::free(reinterpret_cast<void*>(ptr));
   for (const CUevent_st* e : g.event_handles)
     delete e;
   for (device_state& d : g.devices)
@@ -261,6 +261,7 @@ std::string report(const state& g) {
     out += line;
   }
   for (const auto& [ptr, h] : g.host_allocs) {
+    if (h.pool_chunk) continue;
     std::snprintf(line, sizeof line, "%s %p: %zu bytes, call #%" PRIu64 " (%s)\n",
                   h.registered ? "registered host memory"
                   : h.managed  ? "managed allocation"
@@ -463,7 +464,10 @@ std::size_t call_count(const char* api) {
 std::size_t outstanding_allocations() {
   state& g = global();
   std::lock_guard<std::recursive_mutex> lock(g.mutex);
-  return g.device_allocs.size() + g.host_allocs.size();
+  std::size_t n = g.device_allocs.size();
+  for (const auto& [p, h] : g.host_allocs)
+    n += h.pool_chunk ? 0 : 1;  // a host pool's memory, counted by the pool's allocations
+  return n;
 }
 
 std::size_t outstanding_bytes() {
@@ -473,7 +477,7 @@ std::size_t outstanding_bytes() {
   for (const auto& [p, a] : g.device_allocs)
     bytes += a.size;
   for (const auto& [p, h] : g.host_allocs)
-    bytes += h.size;
+    bytes += h.pool_chunk ? 0 : h.size;
   return bytes;
 }
 

@@ -358,9 +358,9 @@ constexpr attribute_value device_attributes[] = {
     {138, 0},           // VulkanCigSupported
     {139, 0x233010de},  // GpuPciDeviceId
     {140, 0x16c110de},  // GpuPciSubsystemId
-    {142, 0},           // HostNumaMemoryPoolsSupported
+    {142, 1},           // HostNumaMemoryPoolsSupported
     {143, 0},           // HostNumaMultinodeIpcSupported
-    {144, 0},           // HostMemoryPoolsSupported
+    {144, 1},           // HostMemoryPoolsSupported
     {147, 0},           // OnlyPartialHostNativeAtomicSupported
     {148, 0},           // AtomicReductionSupported
     {149, 1},           // LocalityDomainCount

@@ -132,11 +132,14 @@ class device_backing final : public pool_backing {
   void unmap(const mapped_memory& memory) noexcept override;
   // An exportable pool maps its memory from its shared file (ipc.cpp).
   void share(ipc_share* s) noexcept { share_ = s; }
+  // A host-located pool maps its memory from the host (host_pools.cpp).
+  void delegate_to(pool_backing* b) noexcept { delegate_ = b; }
 
  private:
   state* g_;
   int device_;
   ipc_share* share_ = nullptr;
+  pool_backing* delegate_ = nullptr;
 };
 
 }  // namespace cuscope::sim::detail
@@ -198,6 +201,12 @@ struct CUmemPoolHandle_st {
   // synchronization.
   bool foreign_frees_ran = false;
   std::map<int, cudaMemAccessFlags> peer_access;  // granted by cudaMemPoolSetAccess
+  // A host-located pool (cudaMemLocationTypeHost or HostNuma): its memory is pinned host memory,
+  // which devices reach only where cudaMemPoolSetAccess granted it. device is then 0.
+  bool host = false;
+  cudaMemLocationType location_type = cudaMemLocationTypeDevice;
+  int location_id = 0;
+  std::unique_ptr<cuscope::sim::detail::pool_backing> host_memory;
   // The shared file of an exportable or imported pool (ipc.cpp); null for other pools.
   std::unique_ptr<cuscope::sim::detail::ipc_share> share;
   cuscope::sim::detail::device_backing backing;
@@ -245,6 +254,7 @@ struct host_allocation {
   unsigned flags = 0;
   bool registered = false;  // cudaHostRegister rather than cudaMallocHost/cudaHostAlloc
   bool managed = false;     // cudaMallocManaged
+  bool pool_chunk = false;  // memory of a host-located pool, not an allocation (host_pools.cpp)
   int device = 0;           // current when it was allocated or registered
   std::uint64_t call = 0;
   const char* api = "";
@@ -499,6 +509,8 @@ cudaError_t capture_event_record(state& g, CUstream_st& s, CUevent_st& e);
 cudaError_t capture_wait_event(state& g, CUstream_st& s, CUevent_st& e, unsigned flags,
                                bool& handled);
 void graphs_teardown(state& g);
+// Host-located pools (host_pools.cpp).
+cudaError_t create_host_pool(state& g, const cudaMemPoolProps& props, cudaMemPool_t* out);
 void graphs_report(const state& g, std::string& out);
 
 inline bool valid_pool(const state& g, cudaMemPool_t pool) {

@@ -27,7 +27,7 @@ constexpr std::size_t page_bytes = 4096;
 std::size_t device_free_bytes(const state& g, const device_state& d) {
   std::size_t held = g.config.context_bytes + d.malloc_bytes + d.graph_reserved;
   for (const auto& p : g.pools)
-    if (p->device == d.index) held += p->allocator.reserved();
+    if (p->device == d.index && !p->host) held += p->allocator.reserved();
   return held >= g.config.total_bytes ? 0 : g.config.total_bytes - held;
 }
 
@@ -111,6 +111,7 @@ void release_region_range(state& g, int device, std::uintptr_t va, std::size_t b
 }
 
 bool device_backing::map(std::size_t bytes, mapped_memory& out) {
+  if (delegate_ != nullptr) return delegate_->map(bytes, out);
   device_state& d = g_->devices[static_cast<std::size_t>(device_)];
   if (device_free_bytes(*g_, d) < bytes) return false;
   if (share_ != nullptr) return ipc_map(*g_, device_, *share_, bytes, out);
@@ -121,16 +122,19 @@ bool device_backing::map(std::size_t bytes, mapped_memory& out) {
 }
 
 bool device_backing::can_map(std::size_t bytes) const noexcept {
+  if (delegate_ != nullptr) return delegate_->can_map(bytes);
   return device_free_bytes(*g_, g_->devices[static_cast<std::size_t>(device_)]) >= bytes;
 }
 
 void device_backing::release_part(const mapped_memory& memory, std::size_t offset,
                                   std::size_t bytes) noexcept {
+  if (delegate_ != nullptr) return delegate_->release_part(memory, offset, bytes);
   release_region_part(*g_, device_, memory.va + offset, bytes);
   if (share_ != nullptr) ipc_release(*share_, memory, offset, bytes);
 }
 
 void device_backing::unmap(const mapped_memory& memory) noexcept {
+  if (delegate_ != nullptr) return delegate_->unmap(memory);
   release_region_range(*g_, device_, memory.va, memory.size);
   if (share_ != nullptr) ipc_unmap(*share_, memory);
 }
@@ -673,7 +677,8 @@ cudaError_t CUDARTAPI cudaFreeHost(void* ptr) {
   return call("cudaFreeHost", [&](state& g) -> cudaError_t {
     if (ptr == nullptr) return cudaSuccess;
     const auto it = g.host_allocs.find(reinterpret_cast<std::uintptr_t>(ptr));
-    if (it == g.host_allocs.end() || it->second.registered || it->second.managed)
+    if (it == g.host_allocs.end() || it->second.registered || it->second.managed ||
+        it->second.pool_chunk)
       return cudaErrorInvalidValue;
     // GPUs have been seen to synchronize here; CUDA does not say so.
     if (g.config.free_host_synchronizes)

@@ -132,7 +132,7 @@ void after_synchronize(state& g, int device) {
     // The synchronized device's pools, and a pool of another device whose memory was freed on one
     // of its streams (CUDA's sample streamOrderedAllocationP2P frees device 0's memory on a
     // device 1 stream).
-    if (p->device != device && !p->foreign_frees_ran) continue;
+    if (p->device != device && !p->foreign_frees_ran && !p->host) continue;
     if (p->device != device) p->foreign_frees_ran = false;
     // IPC pools do not give memory back (Guide 4.3.3.4.4): their threshold is ignored.
     if (p->share != nullptr) continue;
@@ -240,7 +240,7 @@ cudaError_t CUDARTAPI cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolPr
   return call("cudaMemPoolCreate", [&](state& g) -> cudaError_t {
     if (pool == nullptr || props == nullptr) return cudaErrorInvalidValue;
     if (props->allocType != cudaMemAllocationTypePinned) return cudaErrorInvalidValue;
-    if (props->location.type != cudaMemLocationTypeDevice) return cudaErrorInvalidValue;
+    if (props->location.type != cudaMemLocationTypeDevice) return create_host_pool(g, *props, pool);
     if (find_device(g, props->location.id) == nullptr) return cudaErrorInvalidDevice;
     std::size_t max_size = 0;
 #if CUDART_VERSION >= 12020
@@ -359,9 +359,9 @@ cudaError_t CUDARTAPI cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAtt
         *static_cast<cudaMemAllocationHandleType*>(value) = pool->handle_types;
         return cudaSuccess;
       case pool_attr::location_id:
-        return integer(pool->device);
+        return integer(pool->host ? pool->location_id : pool->device);
       case pool_attr::location_type:
-        *static_cast<cudaMemLocationType*>(value) = cudaMemLocationTypeDevice;
+        *static_cast<cudaMemLocationType*>(value) = pool->location_type;
         return cudaSuccess;
       case pool_attr::max_pool_size:
         return u64(pool->max_size);
@@ -391,8 +391,9 @@ cudaError_t CUDARTAPI cudaMemPoolSetAccess(cudaMemPool_t pool, const cudaMemAcce
     for (std::size_t i = 0; i < count; ++i) {
       if (list[i].location.type != cudaMemLocationTypeDevice) return cudaErrorInvalidValue;
       if (find_device(g, list[i].location.id) == nullptr) return cudaErrorInvalidDevice;
-      // The owning device always has read-write access.
-      if (list[i].location.id == pool->device && list[i].flags != cudaMemAccessFlagsProtReadWrite)
+      // The owning device always has read-write access; a host pool has no owning device.
+      if (!pool->host && list[i].location.id == pool->device &&
+          list[i].flags != cudaMemAccessFlagsProtReadWrite)
         return cudaErrorInvalidValue;
       if (list[i].flags != cudaMemAccessFlagsProtNone &&
           list[i].flags != cudaMemAccessFlagsProtRead &&
@@ -402,7 +403,7 @@ cudaError_t CUDARTAPI cudaMemPoolSetAccess(cudaMemPool_t pool, const cudaMemAcce
     // All descriptors are valid: apply them, later ones winning. Only the answers of
     // cudaMemPoolGetAccess change; accesses from other devices are not checked.
     for (std::size_t i = 0; i < count; ++i) {
-      if (list[i].location.id == pool->device) continue;
+      if (!pool->host && list[i].location.id == pool->device) continue;
       if (list[i].flags == cudaMemAccessFlagsProtNone) {
         pool->peer_access.erase(list[i].location.id);
       } else {
@@ -418,9 +419,15 @@ cudaError_t CUDARTAPI cudaMemPoolGetAccess(cudaMemAccessFlags* flags, cudaMemPoo
   return call("cudaMemPoolGetAccess", [&](state& g) -> cudaError_t {
     if (flags == nullptr || location == nullptr || !valid_pool(g, pool))
       return cudaErrorInvalidValue;
+    // A host pool is accessible from the host CPU ("their default accessibility will be from the
+    // host CPU"), and from devices only where cudaMemPoolSetAccess granted it.
+    if (pool->host && location->type != cudaMemLocationTypeDevice) {
+      *flags = cudaMemAccessFlagsProtReadWrite;
+      return cudaSuccess;
+    }
     if (location->type != cudaMemLocationTypeDevice) return cudaErrorInvalidValue;
     if (find_device(g, location->id) == nullptr) return cudaErrorInvalidDevice;
-    if (location->id == pool->device) {
+    if (!pool->host && location->id == pool->device) {
       *flags = cudaMemAccessFlagsProtReadWrite;
     } else {
       const auto it = pool->peer_access.find(location->id);
