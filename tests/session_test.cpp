@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "json_check.hpp"
 #include "test_support.hpp"
 
 using cuscope::device_buffer;
@@ -642,4 +643,71 @@ TEST_CASE("session: raw allocations beside a sibling session are reported, not b
   }
   pool.deallocate(s, p, MiB);
   CHECK_FALSE(outer.finish().leaked());
+}
+
+TEST_CASE("session: the leak report names each leaked allocation, its tag, stream and call site",
+          "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  stream other;
+  session_options o;
+  o.name = "epoch 3";
+  o.on_leak = leak_policy::ignore;
+  o.streams = {other};
+  session work(pool, s, o);
+  auto kept = work.make_buffer<float>(3 * MiB / sizeof(float), "kv cache");
+  const unsigned kept_line = __LINE__ - 1;
+  auto freed = work.make_buffer<char>(MiB, "scratch");
+  auto small = work.make_buffer<char>(other, 1024);
+  freed = {};
+  std::optional<device_buffer<char>> inner_leak;
+  {
+    session inner(work, "step");
+    inner_leak.emplace(inner.make_buffer<char>(2 * MiB, "activations"));
+  }
+  const session_report& r = work.finish();
+  REQUIRE(r.leaked_allocations == 3);
+  REQUIRE(r.leaks.size() == 3);
+  CHECK(r.leaks[0].bytes == 3 * MiB);  // largest first
+  CHECK(r.leaks[0].tag == "kv cache");
+  CHECK(r.leaks[0].pointer == kept.data());
+  CHECK(r.leaks[0].stream == s.get());
+  CHECK_THAT(r.leaks[0].file, contains("session_test.cpp"));
+  CHECK(r.leaks[0].line == kept_line);
+  CHECK(r.leaks[0].session == "epoch 3");
+  CHECK(r.leaks[1].bytes == 2 * MiB);
+  CHECK(r.leaks[1].tag == "activations");
+  CHECK(r.leaks[1].session == "step");
+  CHECK(r.leaks[2].bytes == 1024);
+  CHECK(r.leaks[2].tag.empty());
+  CHECK(r.leaks[2].stream == other.get());
+  const std::string text = r.to_string();
+  CHECK_THAT(text, contains("LEAKED 3 allocations, 5.00 MiB:"));
+  CHECK_THAT(text, contains("3.00 MiB at "));
+  CHECK_THAT(text, contains(", 'kv cache', made at "));
+  CHECK_THAT(text, contains("session_test.cpp:" + std::to_string(kept_line)));
+  CHECK_THAT(text, contains("'activations', made at "));
+  CHECK_THAT(text, contains(", in session 'step'"));
+  const std::string json = cuscope::to_json(r);
+  CHECK(cuscope::test::json_checker(json).check().empty());
+  CHECK_THAT(json, contains("{\"version\":1,\"name\":\"epoch 3\","));
+  CHECK_THAT(json, contains("\"leaked_allocations\":3,\"leaked_bytes\":5243904"));
+  CHECK_THAT(json, contains("\"leaks\":[{\"bytes\":3145728,\"pointer\":\"0x"));
+  CHECK_THAT(json, contains("\"tag\":\"kv cache\""));
+  CHECK_THAT(json, contains("\"session\":\"step\""));
+  CHECK_THAT(json, contains("\"leaked\":true"));
+}
+
+TEST_CASE("session: a report without leaks is valid JSON with an empty leak list", "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session work(pool, s, "quote \" and \\ in a name");
+  { auto b = work.make_buffer<char>(MiB); }
+  const std::string json = cuscope::to_json(work.finish());
+  CHECK(cuscope::test::json_checker(json).check().empty());
+  CHECK_THAT(json, contains("\"name\":\"quote \\\" and \\\\ in a name\""));
+  CHECK_THAT(json, contains("\"leaks\":[]"));
+  CHECK_THAT(json, contains("\"leaked\":false"));
 }

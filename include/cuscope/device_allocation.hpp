@@ -19,22 +19,44 @@
 #include "stream.hpp"
 
 namespace cuscope {
+
+/// @brief Where an allocation was asked for: the file and line of the call, which
+/// session::make_buffer takes by default and a leak report names. Trivially copyable.
+struct call_site {
+  const char* file = nullptr;  ///< __FILE__ of the caller; nullptr when unknown.
+  unsigned line = 0;           ///< __LINE__ of the caller.
+
+  /// @brief The call site of the function whose default argument this is (GCC, Clang and MSVC
+  /// builtins, as std::source_location uses).
+  [[nodiscard]] static constexpr call_site current(const char* file = __builtin_FILE(),
+                                                   unsigned line = __builtin_LINE()) noexcept {
+    return call_site{file, line};
+  }
+};
+
 namespace detail {
 
 /// bytes from pool on stream, counted by accounting (a session's ledger; nullptr counts nothing):
 /// what a session's adaptors (Thrust allocators, memory resources) allocate through.
 /// Throws std::logic_error when the session has finished; out_of_memory.
+/// Named in a leak report by tag and site.
 inline void* accounted_allocate(const memory_pool_ref& pool, stream_ref stream, std::size_t bytes,
-                                ledger* accounting, const char* who) {
-  if (accounting == nullptr || bytes == 0) return pool.allocate(stream, bytes);
+                                ledger* accounting, const char* who, const char* tag = nullptr,
+                                const char* file = nullptr, unsigned line = 0,
+                                alloc_policy policy = alloc_policy::fail_fast) {
+  if (accounting == nullptr || bytes == 0) return pool.allocate(stream, bytes, policy);
   if (accounting->closed()) allocate_after_finish(*accounting, who);
   accounting->charge(bytes, stream.get());
+  void* p = nullptr;
   try {
-    return pool.allocate(stream, bytes);
+    p = pool.allocate(stream, bytes, policy);
+    (void)accounting->record(p, bytes, stream.get(), tag != nullptr ? tag : who, file, line);
   } catch (...) {
+    if (p != nullptr) free_async_nothrow(p, stream.get(), pool.device());
     accounting->discharge(bytes);
     throw;
   }
+  return p;
 }
 
 }  // namespace detail
@@ -57,7 +79,12 @@ class device_allocation {
   /// @throws out_of_memory when the pool cannot provide it.
   device_allocation(stream_ref stream, std::size_t bytes, memory_pool_ref pool,
                     alloc_policy policy = alloc_policy::fail_fast)
-      : device_allocation(stream, bytes, pool, nullptr, policy) {}
+      : stream_(stream.get()) {
+    set_pool(pool);
+    if (bytes == 0) return;
+    data_ = pool.allocate(stream, bytes, policy);
+    bytes_ = bytes;
+  }
 
   /// @brief As device_allocation(stream, bytes, pool, policy), counted by accounting (the live
   /// allocations of a session and its parents) until it is freed or released; nullptr counts
@@ -65,18 +92,37 @@ class device_allocation {
   /// @throws out_of_memory when a session's budget or the pool refuses.
   device_allocation(stream_ref stream, std::size_t bytes, memory_pool_ref pool,
                     detail::ledger* accounting, alloc_policy policy = alloc_policy::fail_fast)
+      : device_allocation(stream, bytes, pool, accounting, nullptr, call_site{}, policy) {}
+
+  /// @brief As device_allocation(stream, bytes, pool, accounting, policy), named in the session's
+  /// leak report by tag (a string that outlives the allocation, such as a literal; nullptr for
+  /// none) and site.
+  device_allocation(stream_ref stream, std::size_t bytes, memory_pool_ref pool,
+                    detail::ledger* accounting, const char* tag, call_site site,
+                    alloc_policy policy = alloc_policy::fail_fast)
       : stream_(stream.get()) {
     set_pool(pool);
     if (bytes == 0) return;
-    if (accounting != nullptr) accounting->charge(bytes, stream.get());
+    if (accounting == nullptr) {
+      data_ = pool.allocate(stream, bytes, policy);
+      bytes_ = bytes;
+      return;
+    }
+    accounting->charge(bytes, stream_);
     try {
       data_ = pool.allocate(stream, bytes, policy);
     } catch (...) {
-      if (accounting != nullptr) accounting->discharge(bytes);
+      accounting->discharge(bytes);
       throw;
     }
     bytes_ = bytes;
     ledger_ = accounting;
+    try {
+      slot_ = accounting->record(data_, bytes, stream_, tag, site.file, site.line);
+    } catch (...) {
+      free();
+      throw;
+    }
   }
 
   /// @brief Takes ownership of ptr, bytes allocated from pool on stream (for instance by
@@ -103,7 +149,8 @@ class device_allocation {
         device_(other.device_),
         ledger_(std::exchange(other.ledger_, nullptr)),
         recorder_(other.recorder_),
-        scope_(other.scope_) {}
+        scope_(other.scope_),
+        slot_(other.slot_) {}
 
   /// @brief Frees this allocation's memory and takes other's; other is left empty.
   device_allocation& operator=(device_allocation&& other) noexcept {
@@ -117,6 +164,7 @@ class device_allocation {
       ledger_ = std::exchange(other.ledger_, nullptr);
       recorder_ = other.recorder_;
       scope_ = other.scope_;
+      slot_ = other.slot_;
     }
     return *this;
   }
@@ -128,7 +176,7 @@ class device_allocation {
   /// @brief Gives up ownership: the caller frees the returned pointer (on stream(), from
   /// pool()). Leaves this empty. An allocation a session counted is no longer counted by it.
   [[nodiscard]] void* release() noexcept {
-    if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge(bytes_);
+    if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge(bytes_, slot_);
     bytes_ = 0;
     return std::exchange(data_, nullptr);
   }
@@ -168,7 +216,7 @@ class device_allocation {
   void set_stream(stream_ref stream) {
     if (data_ != nullptr) detail::order_after(stream, stream_ref(stream_), device_);
     stream_ = stream.get();
-    if (ledger_ != nullptr) ledger_->moved_to(stream_);
+    if (ledger_ != nullptr) ledger_->moved_to(stream_, slot_);
   }
 
  private:
@@ -185,7 +233,7 @@ class device_allocation {
       // handle needs the pool's device to name the stream the memory was used on.
       detail::free_async_nothrow(data_, stream_, device_);
       if (recorder_ != nullptr) recorder_->record_free(device_, pool_, stream_, data_, bytes_);
-      if (ledger_ != nullptr) ledger_->discharge(bytes_);
+      if (ledger_ != nullptr) ledger_->discharge(bytes_, slot_);
     }
     data_ = nullptr;
     bytes_ = 0;
@@ -200,6 +248,7 @@ class device_allocation {
   detail::ledger* ledger_ = nullptr;
   recorder* recorder_ = nullptr;
   std::uint32_t scope_ = 0;
+  std::uint32_t slot_ = detail::ledger::no_slot;  // in ledger_'s records
 };
 
 }  // namespace cuscope

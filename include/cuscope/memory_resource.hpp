@@ -177,7 +177,7 @@ class pool_resource {
     detail::free_async_nothrow(ptr, stream, pool_.device());
     if (recorder* r = pool_.attached_recorder())
       r->record_free(pool_.device(), pool_.get(), stream, ptr, bytes);
-    if (ledger_.get() != nullptr) ledger_.get()->discharge(bytes);
+    if (ledger_.get() != nullptr) ledger_.get()->discharge(ptr, bytes);
   }
 
   memory_pool_ref pool_;

@@ -42,8 +42,22 @@ enum class leak_policy {
   abort,            ///< Print the report to stderr and call std::abort().
 };
 
+/// @brief An allocation counted by a session and still live at its end.
+struct leaked_allocation {
+  std::size_t bytes = 0;          ///< Its size.
+  const void* pointer = nullptr;  ///< Its device address.
+  cudaStream_t stream = nullptr;  ///< The stream it is freed on.
+  std::string tag;                ///< The tag given to make_buffer or allocate; empty for none.
+  std::string file;               ///< The file of the call that made it; empty when unknown.
+  unsigned line = 0;              ///< Its line.
+  std::string session;            ///< The session it was charged to (this one or a nested one).
+};
+
 /// @brief What a session measured, from its construction to its end.
 struct session_report {
+  /// @brief The version of to_json()'s layout; fields are added, never renamed, within a version.
+  static constexpr int json_version = 1;
+
   std::string name;                            ///< session_options::name.
   int device = 0;                              ///< The pool's device.
   double seconds = 0;                          ///< Wall time.
@@ -59,8 +73,8 @@ struct session_report {
   std::size_t driver_free_at_exit_bytes = 0;   ///< Device free memory at the end.
   std::size_t driver_total_bytes = 0;          ///< Device memory.
   std::size_t tracked_peak_bytes = 0;          ///< Peak of live bytes made by make_buffer.
-  std::size_t leaked_allocations = 0;          ///< make_buffer allocations still live at the end.
-  std::size_t leaked_bytes = 0;                ///< Their bytes.
+  std::size_t leaked_allocations = 0;  ///< Allocations counted by the session live at the end.
+  std::size_t leaked_bytes = 0;        ///< Their bytes.
   /// @brief Pool memory in use at the end beyond what was in use at entry that no allocation
   /// counted by the session (or by the sessions it is nested in, or nested in it) accounts for: a
   /// raw pool.allocate, another library allocating from the pool, or another session on it.
@@ -69,6 +83,9 @@ struct session_report {
   /// session_options::untracked_leaks is on, and no other session nested in the same parent ran
   /// beside this one (whose raw allocations it could not tell from its own).
   bool untracked_leak = false;
+  /// @brief The allocations counted by the session (and those nested in it) still live at its end,
+  /// largest first.
+  std::vector<leaked_allocation> leaks;
   bool trimmed = false;  ///< Whether the pool was trimmed.
   /// @brief Whether the end synchronized the whole device rather than the session's streams: asked
   /// for (session_options::synchronize_device), or memory was handed out on a stream the session
@@ -110,9 +127,21 @@ struct session_report {
            (graph_trimmed ? " (trimmed, " + format_bytes(graph_returned_bytes) + " returned)"
                           : " (not trimmed)") +
            "\n";
-    if (leaked_allocations != 0)
+    if (leaked_allocations != 0) {
       s += "  LEAKED " + std::to_string(leaked_allocations) + " allocation" +
-           (leaked_allocations == 1 ? "" : "s") + ", " + format_bytes(leaked_bytes) + "\n";
+           (leaked_allocations == 1 ? "" : "s") + ", " + format_bytes(leaked_bytes) + ":\n";
+      constexpr std::size_t shown = 16;
+      for (std::size_t i = 0; i < leaks.size() && i < shown; ++i) {
+        const leaked_allocation& l = leaks[i];
+        s += "    " + format_bytes(l.bytes) + " at " + detail::format_pointer(l.pointer) +
+             " on stream " + detail::format_pointer(static_cast<const void*>(l.stream));
+        if (!l.tag.empty()) s += ", '" + l.tag + "'";
+        if (!l.file.empty()) s += ", made at " + l.file + ":" + std::to_string(l.line);
+        if (l.session != name) s += ", in session '" + l.session + "'";
+        s += "\n";
+      }
+      if (leaks.size() > shown) s += "    and " + std::to_string(leaks.size() - shown) + " more\n";
+    }
     if (untracked_bytes != 0)
       s += std::string(untracked_leak ? "  LEAKED " : "  untracked: ") +
            format_bytes(untracked_bytes) +
@@ -122,6 +151,69 @@ struct session_report {
     return s;
   }
 };
+
+/// @brief The report as one JSON object: {"version": session_report::json_version, and every
+/// field of session_report under its own name, "leaks" an array of objects with the fields of
+/// leaked_allocation}. Pointers and streams are strings ("0x7f12a4000000"); docs/concepts.md lists
+/// the fields.
+[[nodiscard]] inline std::string to_json(const session_report& r) {
+  using detail::json_pointer;
+  using detail::json_string;
+  std::string out = "{\"version\":" + std::to_string(session_report::json_version) + ",\"name\":";
+  json_string(out, r.name);
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.9g", r.seconds);
+  out += ",\"device\":" + std::to_string(r.device) + ",\"seconds\":" + seconds;
+  const auto number = [&out](const char* key, std::size_t value) {
+    out += ",\"";
+    out += key;
+    out += "\":" + std::to_string(value);
+  };
+  const auto flag = [&out](const char* key, bool value) {
+    out += ",\"";
+    out += key;
+    out += value ? "\":true" : "\":false";
+  };
+  number("reserved_at_entry_bytes", r.reserved_at_entry_bytes);
+  number("reserved_at_finish_bytes", r.reserved_at_finish_bytes);
+  number("reserved_at_exit_bytes", r.reserved_at_exit_bytes);
+  number("used_at_entry_bytes", r.used_at_entry_bytes);
+  number("used_at_exit_bytes", r.used_at_exit_bytes);
+  number("peak_used_bytes", r.peak_used_bytes);
+  number("peak_reserved_bytes", r.peak_reserved_bytes);
+  number("returned_bytes", r.returned_bytes);
+  number("driver_free_at_entry_bytes", r.driver_free_at_entry_bytes);
+  number("driver_free_at_exit_bytes", r.driver_free_at_exit_bytes);
+  number("driver_total_bytes", r.driver_total_bytes);
+  number("tracked_peak_bytes", r.tracked_peak_bytes);
+  number("leaked_allocations", r.leaked_allocations);
+  number("leaked_bytes", r.leaked_bytes);
+  number("untracked_bytes", r.untracked_bytes);
+  flag("untracked_leak", r.untracked_leak);
+  number("graph_used_bytes", r.graph_used_bytes);
+  number("graph_reserved_bytes", r.graph_reserved_bytes);
+  number("graph_returned_bytes", r.graph_returned_bytes);
+  flag("graph_trimmed", r.graph_trimmed);
+  flag("trimmed", r.trimmed);
+  flag("synchronized_device", r.synchronized_device);
+  flag("unwinding", r.unwinding);
+  flag("leaked", r.leaked());
+  out += ",\"leaks\":[";
+  for (std::size_t i = 0; i < r.leaks.size(); ++i) {
+    const leaked_allocation& l = r.leaks[i];
+    out += (i == 0 ? "{\"bytes\":" : ",{\"bytes\":") + std::to_string(l.bytes) +
+           ",\"pointer\":" + json_pointer(l.pointer) +
+           ",\"stream\":" + json_pointer(static_cast<const void*>(l.stream)) + ",\"tag\":";
+    json_string(out, l.tag);
+    out += ",\"file\":";
+    json_string(out, l.file);
+    out += ",\"line\":" + std::to_string(l.line) + ",\"session\":";
+    json_string(out, l.session);
+    out += "}";
+  }
+  out += "]}";
+  return out;
+}
 
 /// @brief Thrown by session::finish() under leak_policy::throw_exception.
 class session_leak_error : public std::runtime_error {
@@ -253,32 +345,41 @@ class session {
   /// @brief count uninitialized elements from the session's pool on its stream, counted by the
   /// session (and its parents). Enqueued; does not synchronize.
   /// @throws std::logic_error after finish(); out_of_memory when a budget or the pool refuses.
+  /// @param tag names the buffer in the leak report: a string that outlives the buffer (a
+  /// literal); nullptr for none.
+  /// @param site where the call was made, for the leak report (the caller's file and line by
+  /// default).
   template <class T>
-  [[nodiscard]] device_buffer<T> make_buffer(std::size_t count) {
-    return make_buffer<T>(stream_, count);
+  [[nodiscard]] device_buffer<T> make_buffer(std::size_t count, const char* tag = nullptr,
+                                             call_site site = call_site::current()) {
+    return make_buffer<T>(stream_, count, tag, site);
   }
 
   /// @brief As make_buffer(count), on another stream. The session's end synchronizes it when it
   /// is listed in session_options::streams, and the whole device otherwise.
   template <class T>
-  [[nodiscard]] device_buffer<T> make_buffer(stream_ref stream, std::size_t count) {
+  [[nodiscard]] device_buffer<T> make_buffer(stream_ref stream, std::size_t count,
+                                             const char* tag = nullptr,
+                                             call_site site = call_site::current()) {
     if (finished_)
       throw std::logic_error("cuscope::session '" + options_.name +
                              "': make_buffer after the session finished");
     return device_buffer<T>(device_allocation(stream,
                                               detail::bytes_of<T>(count, "cuscope::device_buffer"),
-                                              pool_, ledger_, options_.on_pool_full));
+                                              pool_, ledger_, tag, site, options_.on_pool_full));
   }
 
   /// @brief bytes from the session's pool, usable in stream order on stream, counted by the
   /// session (its budget, its leak check) like make_buffer. Return them with deallocate().
   /// Enqueued on stream; does not synchronize. Returns nullptr for 0 bytes.
   /// @throws std::logic_error after finish(); out_of_memory when a budget or the pool refuses.
-  [[nodiscard]] void* allocate(stream_ref stream, std::size_t bytes) {
+  [[nodiscard]] void* allocate(stream_ref stream, std::size_t bytes, const char* tag = nullptr,
+                               call_site site = call_site::current()) {
     if (finished_)
       throw std::logic_error("cuscope::session '" + options_.name +
                              "': allocate after the session finished");
-    return detail::accounted_allocate(pool_, stream, bytes, ledger_, "cuscope::session::allocate");
+    return detail::accounted_allocate(pool_, stream, bytes, ledger_, "cuscope::session::allocate",
+                                      tag, site.file, site.line, options_.on_pool_full);
   }
 
   /// @brief Frees ptr, bytes from allocate(), in stream order on stream, and stops counting it.
@@ -287,7 +388,7 @@ class session {
   void deallocate(stream_ref stream, void* ptr, std::size_t bytes) {
     if (ptr == nullptr) return;
     pool_.deallocate(stream, ptr, bytes);
-    ledger_->discharge(bytes);
+    ledger_->discharge(ptr, bytes);
   }
 
   /// @brief Ends the session: synchronizes, counts leaks, restores the release threshold, trims,
@@ -506,6 +607,7 @@ class session {
     report_.leaked_allocations = ledger_->live_allocations();
     report_.leaked_bytes = ledger_->live_bytes();
     report_.tracked_peak_bytes = ledger_->peak_bytes();
+    if (report_.leaked_allocations != 0) step([&] { name_leaks(); });
     if (saved_threshold_) {
       step([&] {
         pool_.set_release_threshold(*saved_threshold_);
@@ -567,6 +669,26 @@ class session {
               now.second == siblings_at_entry_.second;
     }
     report_.untracked_leak = options_.untracked_leaks && alone && report_.untracked_bytes != 0;
+  }
+
+  void name_leaks() {
+    std::vector<detail::named_record> live;
+    ledger_->live_records(live);
+    report_.leaks.reserve(live.size());
+    for (const detail::named_record& n : live) {
+      leaked_allocation l;
+      l.bytes = n.record.bytes;
+      l.pointer = n.record.ptr;
+      l.stream = n.record.stream;
+      if (n.record.tag != nullptr) l.tag = n.record.tag;
+      if (n.record.file != nullptr) l.file = n.record.file;
+      l.line = n.record.line;
+      l.session = n.session;
+      report_.leaks.push_back(std::move(l));
+    }
+    std::stable_sort(
+        report_.leaks.begin(), report_.leaks.end(),
+        [](const leaked_allocation& a, const leaked_allocation& b) { return a.bytes > b.bytes; });
   }
 
   void on_leak(bool may_throw) {

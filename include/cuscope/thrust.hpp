@@ -58,7 +58,7 @@ class thrust_temporary_allocator {
   void deallocate(char* ptr, std::size_t bytes) noexcept {
     if (ptr == nullptr) return;
     free_async_nothrow(ptr, stream_, pool_.device());
-    if (ledger_.get() != nullptr) ledger_.get()->discharge(bytes);
+    if (ledger_.get() != nullptr) ledger_.get()->discharge(ptr, bytes);
   }
 
   memory_pool_ref pool() const noexcept { return pool_; }
@@ -201,7 +201,7 @@ class thrust_allocator {
   void deallocate(pointer p, size_type n) noexcept {
     if (p.get() == nullptr) return;
     detail::free_async_nothrow(static_cast<void*>(p.get()), stream_, pool_.device());
-    if (ledger_.get() != nullptr) ledger_.get()->discharge(n * sizeof(T));
+    if (ledger_.get() != nullptr) ledger_.get()->discharge(p.get(), n * sizeof(T));
   }
 
   /// @brief The largest number of elements whose bytes a size_t can count.

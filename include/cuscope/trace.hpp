@@ -38,43 +38,6 @@ class trace_write_error : public std::runtime_error {
 
 namespace detail {
 
-inline void json_string(std::string& out, const std::string& s) {
-  out += '"';
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char u[8];
-          std::snprintf(u, sizeof u, "\\u%04x",
-                        static_cast<unsigned>(static_cast<unsigned char>(c)));
-          out += u;
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-}
-
-inline std::string json_pointer(const void* p) {
-  char b[32];
-  std::snprintf(b, sizeof b, "\"0x%llx\"",
-                static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(p)));
-  return b;
-}
-
 // Microseconds with nanosecond precision, as Chrome's trace format counts time.
 inline std::string json_us(std::int64_t ns) {
   char b[40];

@@ -266,12 +266,13 @@ class batch_pipeline {
     slots_.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
       slot s;
-      s.in = device_buffer<T>(
-          device_allocation(*copy_, bytes_of<T>(elements, "cuscope::batches"), pool_, accounting_));
+      s.in = device_buffer<T>(device_allocation(*copy_, bytes_of<T>(elements, "cuscope::batches"),
+                                                pool_, accounting_, "batch input", call_site{}));
       if (kind_ != source_kind::direct) s.staging = pinned_buffer<T>(elements);
       if (has_output) {
-        s.out = device_buffer<out_t>(device_allocation(
-            *copy_, bytes_of<out_t>(results, "cuscope::batches"), pool_, accounting_));
+        s.out = device_buffer<out_t>(
+            device_allocation(*copy_, bytes_of<out_t>(results, "cuscope::batches"), pool_,
+                              accounting_, "batch results", call_site{}));
         s.out_staging = pinned_buffer<out_t>(results);
         s.unloaded.emplace();
       }

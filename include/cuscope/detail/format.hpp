@@ -36,4 +36,43 @@ CUSCOPE_DETAIL_COLD inline std::string format_pointer(const void* p) {
   return buf;
 }
 
+/// s as a JSON string, quotes and escapes included, appended to out.
+CUSCOPE_DETAIL_COLD inline void json_string(std::string& out, const std::string& s) {
+  out += '"';
+  for (const char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char u[8];
+          std::snprintf(u, sizeof u, "\\u%04x",
+                        static_cast<unsigned>(static_cast<unsigned char>(c)));
+          out += u;
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
+/// p as a JSON string: "0x7f12a4000000".
+CUSCOPE_DETAIL_COLD inline std::string json_pointer(const void* p) {
+  char b[32];
+  std::snprintf(b, sizeof b, "\"0x%llx\"",
+                static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(p)));
+  return b;
+}
+
 }  // namespace cuscope::detail

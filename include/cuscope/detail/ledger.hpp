@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -30,6 +31,35 @@ namespace cuscope::detail {
 template <class S>
 using if_session = std::enable_if_t<std::is_same_v<S, session>, int>;
 
+/// One live allocation charged to a session: what a leak report names.
+struct allocation_record {
+  const void* ptr = nullptr;  // nullptr: a free slot
+  std::size_t bytes = 0;
+  cudaStream_t stream = nullptr;
+  const char* tag = nullptr;   // the caller's, a string that outlives the allocation
+  const char* file = nullptr;  // the call site
+  unsigned line = 0;           // the call site; in a free slot, the next free slot
+};
+
+/// A live allocation with the name of the session it was charged to.
+struct named_record {
+  allocation_record record;
+  std::string session;
+};
+
+/// A lock for a few instructions' worth of work on the allocation path.
+class spin_lock {
+ public:
+  void lock() noexcept {
+    while (flag_.test_and_set(std::memory_order_acquire)) {
+    }
+  }
+  void unlock() noexcept { flag_.clear(std::memory_order_release); }
+
+ private:
+  std::atomic_flag flag_ = ATOMIC_FLAG_INIT;
+};
+
 /// Live allocations and bytes charged to a session, with an optional budget that also counts
 /// against every enclosing session's budget. Reference counted: the session holds one reference,
 /// each buffer charged to it another, and each nested session's ledger one on its parent's.
@@ -46,7 +76,9 @@ class ledger {
         name_(std::move(name)),
         stream_(stream),
         listed_(std::move(listed)) {
-    if (parent_ != nullptr) parent_->retain();
+    if (parent_ == nullptr) return;
+    parent_->add_sub(this);
+    parent_->retain();
   }
   ledger(const ledger&) = delete;
   ledger& operator=(const ledger&) = delete;
@@ -56,6 +88,7 @@ class ledger {
   void release() noexcept {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       ledger* parent = parent_;
+      if (parent != nullptr) parent->remove_sub(this);
       delete this;
       if (parent != nullptr) parent->release();
     }
@@ -91,6 +124,18 @@ class ledger {
     retain();
   }
 
+  /// Reverses charge(bytes) and record() (slot), and drops the buffer's reference.
+  void discharge(std::size_t bytes, std::uint32_t slot) noexcept {
+    forget(slot);
+    discharge(bytes);
+  }
+
+  /// Reverses charge(bytes) and record() for the allocation at ptr.
+  void discharge(const void* ptr, std::size_t bytes) noexcept {
+    forget(ptr);
+    discharge(bytes);
+  }
+
   /// Reverses charge(bytes) and drops the buffer's reference.
   void discharge(std::size_t bytes) noexcept {
     for (ledger* l = this; l != nullptr; l = l->parent_) {
@@ -101,9 +146,67 @@ class ledger {
   }
 
   /// An allocation charged here is now freed on stream (device_allocation::set_stream).
-  void moved_to(cudaStream_t stream) noexcept {
+  void moved_to(cudaStream_t stream, std::uint32_t slot) noexcept {
     for (ledger* l = this; l != nullptr; l = l->parent_)
       if (stream != l->stream_) l->note_stream(stream);
+    if (slot == no_slot) return;
+    const std::lock_guard<spin_lock> lock(records_lock_);
+    records_[slot].stream = stream;
+  }
+
+  static constexpr std::uint32_t no_slot = 0xFFFFFFFFu;
+
+  /// Remembers a charged allocation for the leak report; returns its slot.
+  /// Throws std::bad_alloc (rarely: the slots grow by doubling).
+  std::uint32_t record(const void* ptr, std::size_t bytes, cudaStream_t stream, const char* tag,
+                       const char* file, unsigned line) {
+    const std::lock_guard<spin_lock> lock(records_lock_);
+    std::uint32_t slot = free_slot_;
+    if (slot != no_slot) {
+      free_slot_ = records_[slot].line;
+    } else {
+      slot = static_cast<std::uint32_t>(records_.size());
+      records_.emplace_back();
+    }
+    records_[slot] = allocation_record{ptr, bytes, stream, tag, file, line};
+    return slot;
+  }
+
+  /// Forgets the allocation in slot.
+  void forget(std::uint32_t slot) noexcept {
+    if (slot == no_slot) return;
+    const std::lock_guard<spin_lock> lock(records_lock_);
+    records_[slot].ptr = nullptr;
+    records_[slot].line = free_slot_;
+    free_slot_ = slot;
+  }
+
+  /// Forgets the allocation at ptr (for adaptors, which free by pointer).
+  void forget(const void* ptr) noexcept {
+    if (ptr == nullptr) return;
+    std::uint32_t slot = no_slot;
+    {
+      const std::lock_guard<spin_lock> lock(records_lock_);
+      for (std::size_t i = records_.size(); i-- != 0;) {
+        if (records_[i].ptr == ptr) {
+          slot = static_cast<std::uint32_t>(i);
+          break;
+        }
+      }
+    }
+    forget(slot);
+  }
+
+  /// The live allocations charged here and to every ledger under this one.
+  void live_records(std::vector<named_record>& out) {
+    const std::lock_guard<std::mutex> subs_lock(mutex_);
+    {
+      const std::lock_guard<spin_lock> lock(records_lock_);
+      for (const allocation_record& r : records_)
+        if (r.ptr != nullptr) out.push_back(named_record{r, name_});
+    }
+    for (ledger* sub : subs_)
+      sub->live_records(out);
   }
 
   /// Whether memory was handed out or moved onto a stream neither the session's own nor listed.
@@ -190,6 +293,17 @@ class ledger {
  private:
   ~ledger() = default;
 
+  void add_sub(ledger* sub) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    subs_.push_back(sub);
+  }
+
+  void remove_sub(ledger* sub) noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = std::find(subs_.begin(), subs_.end(), sub);
+    if (it != subs_.end()) subs_.erase(it);
+  }
+
   void note_stream(cudaStream_t stream) noexcept {
     if (other_streams_.load(std::memory_order_relaxed)) return;
     if (std::find(listed_.begin(), listed_.end(), stream) != listed_.end()) return;
@@ -226,8 +340,12 @@ class ledger {
   std::atomic<std::size_t> observed_reserved_{0};
   std::atomic<bool> other_streams_{false};
   std::atomic<bool> closed_flag_{false};
-  std::mutex mutex_;  // children_, opened_ and closed_
+  spin_lock records_lock_;  // records_ and free_slot_
+  std::vector<allocation_record> records_;
+  std::uint32_t free_slot_ = no_slot;
+  std::mutex mutex_;  // children_, subs_, opened_ and closed_
   std::vector<ledger*> children_;
+  std::vector<ledger*> subs_;  // every ledger whose parent this is, open or not
   std::size_t opened_ = 0;
   bool closed_ = false;
 };
