@@ -6,8 +6,10 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -710,4 +712,139 @@ TEST_CASE("session: a report without leaks is valid JSON with an empty leak list
   CHECK_THAT(json, contains("\"name\":\"quote \\\" and \\\\ in a name\""));
   CHECK_THAT(json, contains("\"leaks\":[]"));
   CHECK_THAT(json, contains("\"leaked\":false"));
+}
+
+TEST_CASE("session: concurrent nested sessions trim only when the last one ends", "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  stream t;
+  session service(pool, s, "service");
+  auto a = std::make_unique<session>(service, s, "a");
+  auto b = std::make_unique<session>(service, t, "b");
+  { auto x = a->make_buffer<char>(64 * MiB); }
+  { auto y = b->make_buffer<char>(32 * MiB); }
+  CHECK(pool.stats().reserved_bytes == 96 * MiB);
+  const session_report ra = a->finish();
+  CHECK_FALSE(ra.trimmed);
+  CHECK(ra.trim_deferred);  // b may reuse the cache
+  CHECK(ra.concurrent);
+  CHECK(ra.tracked_peak_bytes == 64 * MiB);
+  CHECK(pool.stats().reserved_bytes == 96 * MiB);
+  CHECK_THAT(ra.to_string(), contains("trim left to the last session open"));
+  const session_report rb = b->finish();
+  CHECK(rb.trimmed);
+  CHECK(rb.concurrent);
+  CHECK(rb.tracked_peak_bytes == 32 * MiB);
+  CHECK(rb.reserved_at_exit_bytes == 0);  // back to the reserve when the first of them began
+  CHECK(pool.stats().reserved_bytes == 0);
+  a.reset();
+  b.reset();
+  const session_report& r = service.finish();
+  CHECK(r.tracked_peak_bytes == 64 * MiB);  // x was freed before y was made
+  CHECK_FALSE(r.leaked());
+}
+
+namespace {
+
+// What one request thread saw; checked on the main thread (Catch2 assertions are not thread-safe).
+struct request_log {
+  std::vector<std::string> errors;
+  std::size_t budget_refusals = 0;
+  std::size_t pool_refusals = 0;
+  std::size_t faults = 0;
+  std::size_t requests = 0;
+};
+
+void serve(session& service, int id, int requests, request_log& log) {
+  stream s;
+  std::mt19937 rng(static_cast<unsigned>(id));
+  for (int i = 0; i < requests; ++i) {
+    session_options o;
+    o.name = "request " + std::to_string(id) + "." + std::to_string(i);
+    const bool huge = id == 0 && i % 50 == 0;  // beyond the pool's limit
+    o.budget_bytes = huge ? 0 : (1 + rng() % 8) * MiB;
+    o.on_leak = leak_policy::ignore;
+    session request(service, s, o);
+    {
+      std::vector<device_buffer<char>> live;
+      for (int k = 0; k < 6; ++k) {
+        const std::size_t bytes = huge && k == 0 ? 80 * MiB : (1 + rng() % 4) * MiB / 2;
+        try {
+          live.push_back(request.make_buffer<char>(bytes, "activations"));
+        } catch (const cuscope::out_of_memory& e) {
+          if (std::string(e.what()).find("budget") != std::string::npos)
+            ++log.budget_refusals;
+          else
+            ++log.pool_refusals;
+        } catch (const cuscope::cuda_error&) {
+          ++log.faults;
+        }
+        if (rng() % 3 == 0 && !live.empty()) live.pop_back();
+      }
+      if (request.live_bytes() > o.budget_bytes && o.budget_bytes != 0)
+        log.errors.push_back(o.name + ": over its budget");
+    }
+    const session_report& r = request.finish();
+    ++log.requests;
+    if (r.leaked() || r.leaked_allocations != 0 || !r.leaks.empty())
+      log.errors.push_back(o.name + ": leaked\n" + r.to_string());
+    if (o.budget_bytes != 0 && r.tracked_peak_bytes > o.budget_bytes)
+      log.errors.push_back(o.name + ": peak beyond its budget\n" + r.to_string());
+    if (r.returned_bytes > r.reserved_at_finish_bytes || r.trimmed == r.trim_deferred)
+      log.errors.push_back(o.name + ": inconsistent trim\n" + r.to_string());
+    if (r.synchronized_device)
+      log.errors.push_back(o.name + ": synchronized the device\n" + r.to_string());
+  }
+}
+
+}  // namespace
+
+TEST_CASE(
+    "session: 8 threads x 200 nested sessions on one pool, with budgets, faults and OOMs, leak "
+    "nothing and report consistently",
+    "[session][concurrency]") {
+  device_guard device;
+  cuscope::pool_options po;
+  po.max_bytes = 64 * MiB;
+  memory_pool pool(po);
+  stream s;
+  session_options so;
+  so.name = "service";
+  so.budget_bytes = 96 * MiB;  // above the pool's limit: a huge request is the pool's to refuse
+  session service(pool, s, so);
+  constexpr int threads = 8;
+  constexpr int requests = 200;
+  constexpr std::size_t injected = 3;
+#if CUSCOPE_TEST_SIMULATED
+  for (const std::size_t nth : {100, 900, 2500})
+    cuscope::sim::fail_api("cudaMallocFromPoolAsync", nth, cudaErrorUnknown);
+#endif
+  std::vector<request_log> logs(threads);
+  {
+    std::vector<std::thread> pool_threads;
+    for (int t = 0; t < threads; ++t)
+      pool_threads.emplace_back(serve, std::ref(service), t, requests, std::ref(logs[t]));
+    for (std::thread& t : pool_threads)
+      t.join();
+  }
+  request_log total;
+  for (const request_log& l : logs) {
+    for (const std::string& e : l.errors)
+      FAIL_CHECK(e);
+    total.budget_refusals += l.budget_refusals;
+    total.pool_refusals += l.pool_refusals;
+    total.faults += l.faults;
+    total.requests += l.requests;
+  }
+  CHECK(total.requests == threads * requests);
+  CHECK(total.budget_refusals > 0);
+  CHECK(total.pool_refusals >= 4);  // the huge requests at least
+  if (cuscope::test::simulated) CHECK(total.faults == injected);
+  CHECK(service.live_allocations() == 0);
+  const session_report& r = service.finish();
+  CHECK_FALSE(r.leaked());
+  CHECK(r.tracked_peak_bytes <= so.budget_bytes);
+  CHECK(r.reserved_at_exit_bytes == 0);
+  CHECK(pool.stats().used_bytes == 0);
 }

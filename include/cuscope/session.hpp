@@ -87,6 +87,13 @@ struct session_report {
   /// largest first.
   std::vector<leaked_allocation> leaks;
   bool trimmed = false;  ///< Whether the pool was trimmed.
+  /// @brief Whether the trim was left to the last of the sessions nested in the same parent that
+  /// were open at this one's end (they may reuse the pool's cache).
+  bool trim_deferred = false;
+  /// @brief Whether other sessions nested in the same parent ran beside this one: the pool's
+  /// figures (peaks, reserve, used, returned, device free) then include their memory, while
+  /// tracked_peak_bytes, leaks and the budget are this session's own.
+  bool concurrent = false;
   /// @brief Whether the end synchronized the whole device rather than the session's streams: asked
   /// for (session_options::synchronize_device), or memory was handed out on a stream the session
   /// was not given.
@@ -110,11 +117,15 @@ struct session_report {
                     std::to_string(device) + ", " + time +
                     (unwinding ? " (ended by an exception)" : "") + "\n";
     s += "  peak in use " + format_bytes(peak_used_bytes) + ", peak reserved " +
-         format_bytes(peak_reserved_bytes) + "\n";
+         format_bytes(peak_reserved_bytes) + (concurrent ? " (of the pool, shared)" : "") +
+         "; its own allocations peaked at " + format_bytes(tracked_peak_bytes) + "\n";
     s += "  returned to the driver " + format_bytes(returned_bytes) + " (reserve " +
          format_bytes(reserved_at_finish_bytes) + " -> " + format_bytes(reserved_at_exit_bytes) +
-         (trimmed ? ", trimmed" : ", not trimmed") + "; " + format_bytes(reserved_at_entry_bytes) +
-         " at entry" + (synchronized_device ? "; synchronized the device" : "") + ")\n";
+         (trimmed         ? ", trimmed"
+          : trim_deferred ? ", trim left to the last session open"
+                          : ", not trimmed") +
+         "; " + format_bytes(reserved_at_entry_bytes) + " at entry" +
+         (synchronized_device ? "; synchronized the device" : "") + ")\n";
     const bool gained = driver_free_at_exit_bytes >= driver_free_at_entry_bytes;
     const std::size_t delta = gained ? driver_free_at_exit_bytes - driver_free_at_entry_bytes
                                      : driver_free_at_entry_bytes - driver_free_at_exit_bytes;
@@ -195,6 +206,8 @@ struct session_report {
   number("graph_returned_bytes", r.graph_returned_bytes);
   flag("graph_trimmed", r.graph_trimmed);
   flag("trimmed", r.trimmed);
+  flag("trim_deferred", r.trim_deferred);
+  flag("concurrent", r.concurrent);
   flag("synchronized_device", r.synchronized_device);
   flag("unwinding", r.unwinding);
   flag("leaked", r.leaked());
@@ -313,6 +326,15 @@ class session {
   /// @brief Begins a session named name nested in parent.
   session(session& parent, std::string name)
       : session(&parent, parent.pool_, parent.stream_, named(std::move(name))) {}
+
+  /// @brief Begins a session nested in parent, on its pool and on stream: one request of a
+  /// service, for instance, made on any thread while other nested sessions run.
+  session(session& parent, stream_ref stream, session_options options = {})
+      : session(&parent, parent.pool_, stream, std::move(options)) {}
+
+  /// @brief Begins a session named name nested in parent, on its pool and on stream.
+  session(session& parent, stream_ref stream, std::string name)
+      : session(&parent, parent.pool_, stream, named(std::move(name))) {}
 
   session(const session&) = delete;
   session& operator=(const session&) = delete;
@@ -438,7 +460,7 @@ class session {
       listed.push_back(s.get());
     ledger_ = new detail::ledger(up, options_.budget_bytes, options_.name, stream_.get(),
                                  std::move(listed));
-    if (up != nullptr && !up->open_child(ledger_)) {
+    if (up != nullptr && (open_at_entry_ = up->open_child(ledger_)) == 0) {
       ledger_->release();
       throw std::logic_error("cuscope::session '" + options_.name + "': its parent session '" +
                              parent->options_.name + "' has finished");
@@ -462,6 +484,7 @@ class session {
     if (up != nullptr) {
       up->observe(entry.used_high_bytes, entry.reserved_high_bytes);
       siblings_at_entry_ = up->children();
+      if (open_at_entry_ == 1) up->set_group_reserve(entry.reserved_bytes);
     }
     report_.reserved_at_entry_bytes = entry.reserved_bytes;
     report_.used_at_entry_bytes = entry.used_bytes;
@@ -471,7 +494,8 @@ class session {
       pool_.set_release_threshold(*options_.release_threshold_bytes);
     }
     try {
-      if (options_.reset_peaks) {
+      // Beside other nested sessions, a reset would take their peaks from them.
+      if (options_.reset_peaks && open_at_entry_ <= 1) {
         pool_.reset_peaks();
         observe(entry.used_bytes, entry.reserved_bytes);
       } else {
@@ -614,7 +638,18 @@ class session {
         saved_threshold_.reset();
       });
     }
-    if (options_.trim && !capturing) {
+    if (detail::ledger* const up = ledger_->parent()) {
+      // The last of the nested sessions open together trims, back to the reserve when the first
+      // of them began; the others leave the cache to those still running.
+      step([&] {
+        const bool last = up->close_child(ledger_, [&](std::size_t group_reserve) {
+          if (!options_.trim || capturing) return;
+          pool_.trim_to(options_.keep_bytes.value_or(group_reserve));
+          report_.trimmed = true;
+        });
+        report_.trim_deferred = options_.trim && !capturing && !last;
+      });
+    } else if (options_.trim && !capturing) {
       step([&] {
         pool_.trim_to(options_.keep_bytes.value_or(report_.reserved_at_entry_bytes));
         report_.trimmed = true;
@@ -634,7 +669,7 @@ class session {
     if (detail::ledger* const up = ledger_->parent()) {
       up->observe(report_.peak_used_bytes, report_.peak_reserved_bytes);
       if (report_.leaked_allocations != 0) ledger_->passed_on();
-      up->close_child(ledger_);
+      up->close_child(ledger_);  // done above unless that step failed
     }
     if (recorder* r = pool_.attached_recorder())
       r->end_session(scope_, report_.leaked_allocations, report_.leaked_bytes);
@@ -668,6 +703,7 @@ class session {
       alone = siblings_at_entry_.first == 1 && now.first == 1 &&
               now.second == siblings_at_entry_.second;
     }
+    report_.concurrent = !alone;
     report_.untracked_leak = options_.untracked_leaks && alone && report_.untracked_bytes != 0;
   }
 
@@ -721,6 +757,7 @@ class session {
   std::uint32_t scope_ = 0;
   std::size_t tracked_at_entry_ = 0;
   std::pair<std::size_t, std::size_t> siblings_at_entry_{1, 0};
+  std::size_t open_at_entry_ = 0;  // nested sessions of the parent open, this one included
   nvtx_range nvtx_;
   bool finished_ = false;
   session_report report_;

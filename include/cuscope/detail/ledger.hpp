@@ -234,12 +234,33 @@ class ledger {
   // Nesting. The parent's ledger knows its open nested sessions, so that the session cannot
   // finish while one is open and can name it.
 
-  /// Registers child as open in this ledger; false when this ledger's session has finished.
-  bool open_child(ledger* child) {
+  /// Registers child as open in this ledger: the number of open ones with it, 0 when this
+  /// ledger's session has finished.
+  std::size_t open_child(ledger* child) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    if (closed_) return false;
+    if (closed_) return 0;
     children_.push_back(child);
     ++opened_;
+    return children_.size();
+  }
+
+  /// The pool's reserve when the first of the nested sessions open together began: what the last
+  /// of them trims back to.
+  void set_group_reserve(std::size_t bytes) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    group_reserve_ = bytes;
+  }
+
+  /// The nested session of child has ended. When it was the last one open, calls last with the
+  /// group's reserve, under the lock, so that no other nested session begins meanwhile; returns
+  /// whether it was the last.
+  template <class F>
+  bool close_child(ledger* child, F&& last) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = std::find(children_.begin(), children_.end(), child);
+    if (it != children_.end()) children_.erase(it);
+    if (!children_.empty()) return false;
+    last(group_reserve_);
     return true;
   }
 
@@ -347,6 +368,7 @@ class ledger {
   std::vector<ledger*> children_;
   std::vector<ledger*> subs_;  // every ledger whose parent this is, open or not
   std::size_t opened_ = 0;
+  std::size_t group_reserve_ = 0;
   bool closed_ = false;
 };
 
