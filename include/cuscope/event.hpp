@@ -90,6 +90,9 @@ struct event_options {
   bool timing = false;
   /// @brief Whether synchronize() yields the thread rather than spinning (cudaEventBlockingSync).
   bool blocking_sync = false;
+  /// @brief Whether other processes may open it (cudaEventInterprocess; ipc_handle() and
+  /// open_ipc_event() in ipc.hpp). Such an event cannot measure time.
+  bool interprocess = false;
 };
 
 /// @brief An owning CUDA event: created on construction, destroyed with the object.
@@ -102,9 +105,14 @@ class event {
   /// @brief Creates an event on options.device (the current device by default); the current
   /// device is unchanged afterwards.
   /// @throws std::invalid_argument for a device that does not exist; cuda_error when CUDA fails.
+  /// @throws std::invalid_argument for an interprocess event with timing.
   explicit event(const event_options& options = {}) {
+    if (options.interprocess && options.timing)
+      throw std::invalid_argument(
+          "cuscope::event: an interprocess event cannot measure time (event_options::timing)");
     const unsigned flags = (options.timing ? cudaEventDefault : cudaEventDisableTiming) |
-                           (options.blocking_sync ? cudaEventBlockingSync : cudaEventDefault);
+                           (options.blocking_sync ? cudaEventBlockingSync : cudaEventDefault) |
+                           (options.interprocess ? cudaEventInterprocess : cudaEventDefault);
     if (options.device == -1) {  // the current device: no check and no switch
       device_ = current_device();
       create(flags);

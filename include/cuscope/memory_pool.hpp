@@ -41,6 +41,16 @@ struct reuse_policy {
   bool allow_internal_dependencies = true;
 };
 
+/// @brief How another process may share a pool's memory (cudaMemPoolProps::handleTypes);
+/// include/cuscope/ipc.hpp shares it, docs/multiprocess.md tells how.
+enum class pool_export {
+  none,                   ///< Not shareable (cudaMemHandleTypeNone).
+  posix_file_descriptor,  ///< Through a file descriptor (cudaMemHandleTypePosixFileDescriptor).
+  /// Through a fabric handle, across nodes of an IMEX domain (cudaMemHandleTypeFabric, CUDA 12.3
+  /// headers and newer). Untested here: no machine of this project has an IMEX channel.
+  fabric,
+};
+
 /// @brief How a memory_pool is made.
 struct pool_options {
   /// @brief Value of release_threshold_bytes that keeps all memory until trimmed.
@@ -61,6 +71,10 @@ struct pool_options {
   std::size_t initial_bytes = 0;
   /// @brief Cross-stream reuse.
   reuse_policy reuse{};
+  /// @brief How other processes may share the pool's memory; checked against what the device
+  /// supports (cudaDevAttrMemoryPoolSupportedHandleTypes). CUDA never gives the memory of a
+  /// shareable pool back to the system: its release threshold and trims have no effect.
+  pool_export export_handle = pool_export::none;
 };
 
 /// @brief What an allocation does when the pool cannot serve it. Given at each call that may
@@ -420,6 +434,7 @@ class memory_pool : public detail::pool_base<memory_pool> {
 #if CUSCOPE_HAS_POOL_MAX_SIZE
     props.maxSize = options.max_bytes;
 #endif
+    props.handleTypes = export_handle_type(options.export_handle, device_);
     CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolCreate(&handle_, &props),
                            "new memory_pool on device " + std::to_string(device_));
     if (max_bytes_ != 0) max_bytes_ = detail::enforced_max_bytes(handle_, max_bytes_);
@@ -521,6 +536,39 @@ class memory_pool : public detail::pool_base<memory_pool> {
 
   memory_pool(cudaMemPool_t handle, int device, std::size_t max_bytes) noexcept
       : handle_(handle), device_(device), max_bytes_(max_bytes) {}
+
+  // The handle type of export, once the device is known to support it.
+  static cudaMemAllocationHandleType export_handle_type(pool_export e, int device) {
+    cudaMemAllocationHandleType type = cudaMemHandleTypeNone;
+    const char* name = "";
+    switch (e) {
+      case pool_export::none:
+        return cudaMemHandleTypeNone;
+      case pool_export::posix_file_descriptor:
+        type = cudaMemHandleTypePosixFileDescriptor;
+        name = "POSIX file descriptors";
+        break;
+      case pool_export::fabric:
+#if CUDART_VERSION >= 12030
+        type = cudaMemHandleTypeFabric;
+        name = "fabric handles";
+        break;
+#else
+        throw std::invalid_argument(
+            "cuscope::memory_pool: pool_export::fabric needs CUDA 12.3 headers or newer");
+#endif
+    }
+    int supported = 0;
+    CUSCOPE_DETAIL_TRY_FOR(
+        cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolSupportedHandleTypes, device),
+        "device " + std::to_string(device));
+    if ((static_cast<unsigned>(supported) & static_cast<unsigned>(type)) == 0)
+      throw std::invalid_argument(
+          "cuscope::memory_pool: device " + std::to_string(device) +
+          " cannot export pools through " + name +
+          " (cudaDevAttrMemoryPoolSupportedHandleTypes = " + std::to_string(supported) + ")");
+    return type;
+  }
 
   static void validate(const pool_options& o) {
 #if !CUSCOPE_HAS_POOL_MAX_SIZE

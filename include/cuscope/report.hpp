@@ -39,6 +39,10 @@ struct pool_usage {
   std::string name;                ///< The caller's label, or "default pool".
   cudaMemPool_t handle = nullptr;  ///< The pool.
   bool is_default = false;         ///< Whether it is the device's default pool.
+  /// @brief Whether it is shared with other processes: exportable, or imported from another
+  /// process (its cudaMemPoolAttrExportHandleTypes, which drivers of CUDA 13.2 and newer answer).
+  /// Such a pool keeps its memory: a trim gives nothing back.
+  bool shared = false;
   std::size_t reserved_bytes = 0;  ///< Backing memory it holds from the driver.
   std::size_t used_bytes = 0;      ///< Memory behind its live allocations.
 
@@ -145,7 +149,8 @@ struct device_memory_report {
                   "cached");
     s += line;
     for (const pool_usage& p : pools) {
-      std::snprintf(line, sizeof line, "  %-34s %12s %12s %12s\n", p.name.c_str(),
+      const std::string label = p.shared ? p.name + " (IPC)" : p.name;
+      std::snprintf(line, sizeof line, "  %-34s %12s %12s %12s\n", label.c_str(),
                     format_bytes(p.reserved_bytes).c_str(), format_bytes(p.used_bytes).c_str(),
                     format_bytes(p.cached_bytes()).c_str());
       s += line;
@@ -192,6 +197,13 @@ inline pool_usage usage_of(std::string name, const memory_pool_ref& pool, bool i
   u.is_default = is_default;
   u.reserved_bytes = s.reserved_bytes;
   u.used_bytes = s.used_bytes;
+  constexpr int export_handle_types = 0xA;  // cudaMemPoolAttrExportHandleTypes, from CUDA 13.2 on
+  int types = 0;
+  if (cudaMemPoolGetAttribute(pool.get(), static_cast<cudaMemPoolAttr>(export_handle_types),
+                              &types) == cudaSuccess)
+    u.shared = types != 0;
+  else
+    (void)cudaGetLastError();  // an older driver does not say
   return u;
 }
 
