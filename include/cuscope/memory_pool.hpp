@@ -75,6 +75,19 @@ struct pool_options {
   /// supports (cudaDevAttrMemoryPoolSupportedHandleTypes). CUDA never gives the memory of a
   /// shareable pool back to the system: its release threshold and trims have no effect.
   pool_export export_handle = pool_export::none;
+  /// @brief Where the values came from, for logs and reports; from_env() fills it.
+  std::string origin;
+
+  /// @brief defaults, with the values that CUSCOPE_<NAME>_* environment variables set
+  /// (NAME is name in upper case): DEVICE (an ordinal), MAX_BYTES, RELEASE_THRESHOLD (also
+  /// keep_all) and INITIAL_BYTES, each a byte count ("1073741824", "512MiB", "1.5GiB", "2GB") or
+  /// a fraction of the device's memory ("0.8", "80%"). Nothing else reads the environment.
+  /// origin says which value came from where. docs/concepts.md, "Limits from the environment".
+  /// @throws std::invalid_argument naming the variable for a malformed value or a bad name;
+  /// cuda_error when a fraction needs the device's memory and CUDA cannot tell it.
+  [[nodiscard]] static pool_options from_env(const std::string& name, pool_options defaults);
+  /// @brief from_env(name, pool_options{}).
+  [[nodiscard]] static pool_options from_env(const std::string& name);
 };
 
 /// @brief What an allocation does when the pool cannot serve it. Given at each call that may
@@ -611,3 +624,5 @@ class memory_pool : public detail::pool_base<memory_pool> {
 };
 
 }  // namespace cuscope
+
+#include "detail/pool_env.hpp"  // pool_options::from_env
