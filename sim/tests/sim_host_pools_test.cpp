@@ -63,8 +63,7 @@ TEST_CASE("sim: a host-located pool serves pinned host memory in stream order, w
   if (cuscope::test::simulated) {
     // cudaMemPoolAttrLocationType (0xC), named from the CUDA 13.2 headers on.
     cudaMemLocationType type = cudaMemLocationTypeDevice;
-    REQUIRE(cudaMemPoolGetAttribute(pool, static_cast<cudaMemPoolAttr>(0xC), &type) ==
-            cudaSuccess);
+    REQUIRE(cudaMemPoolGetAttribute(pool, static_cast<cudaMemPoolAttr>(0xC), &type) == cudaSuccess);
     CHECK(type == host_location().type);
   }
   cudaStream_t s = make_stream();
