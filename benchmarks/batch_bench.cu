@@ -34,6 +34,7 @@
 #include <cstring>
 #include <cuscope/cuscope.hpp>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -265,6 +266,23 @@ static double run_once(setup& s, std::size_t alt, unsigned rounds, bool verify) 
   return ns;
 }
 
+// One epoch with the range's making and ending included: staging from cudaHostAlloc (no pool)
+// or from staging, a pinned_memory_pool.
+static double run_epoch(setup& s, const cuscope::pinned_memory_pool* staging) {
+  cuscope::batch_options o;
+  o.depth = s.depth;
+  if (staging != nullptr) o.staging_pool = staging->ref();
+  s.stream.synchronize();
+  const auto start = cb::steady::now();
+  {
+    auto range = cuscope::batches(s.stream, s.pageable, s.batch_words, s.pool, o);
+    for (const auto& b : range)
+      (void)b;
+  }
+  s.stream.synchronize();
+  return cb::ns_between(start, cb::steady::now());
+}
+
 // Rounds of arithmetic per word that make the kernel on one batch last about target_ns.
 static unsigned calibrate(setup& s, double target_ns) {
   // The compute alternative sums raw[0], which must hold the first batch for its sums to mean
@@ -317,6 +335,12 @@ static int run(int argc, char** argv) {
   std::copy(pageable.begin(), pageable.end(), pinned.begin());
   cuscope::memory_pool pool;
   cuscope::stream stream;
+  std::optional<cuscope::pinned_memory_pool> staging_pool;
+  if (cuscope::pinned_memory_pool::supported(cuscope::current_device())) staging_pool.emplace();
+  cb::table staging_table(
+      "batch: one staged epoch including the range's making and ending (median): staging from "
+      "cudaHostAlloc against a pinned_memory_pool",
+      {"batch", "batches", "cudaHostAlloc staging", "pool staging", "ratio"});
 
   cb::table t("batch: wall time per run of " + cb::format_bytes(words * sizeof(word)) +
                   " (median), throughput and overlap",
@@ -367,6 +391,29 @@ static int run(int argc, char** argv) {
     std::vector<cb::summary> sum;
     for (const auto& v : samples)
       sum.push_back(cb::summarize(v));
+    // Staging per epoch, both ways interleaved in the same run; the ratio is cudaHostAlloc time /
+    // pool time (above 1: the pool is faster).
+    std::vector<double> epoch_host_alloc, epoch_pool;
+    for (std::size_t r = 0; r < rounds + 1; ++r) {
+      const double a_ns = run_epoch(s, nullptr);
+      const double p_ns = staging_pool ? run_epoch(s, &*staging_pool) : 0;
+      if (r == 0) continue;  // warm-up: the pool reserves its memory once
+      epoch_host_alloc.push_back(a_ns);
+      if (staging_pool) epoch_pool.push_back(p_ns);
+    }
+    const cb::summary host_alloc_sum = cb::summarize(epoch_host_alloc);
+    double staging_ratio = std::numeric_limits<double>::quiet_NaN();
+    if (staging_pool) {
+      const cb::summary pool_sum = cb::summarize(epoch_pool);
+      staging_ratio = host_alloc_sum.median / pool_sum.median;
+      staging_table.add_row({cb::format_bytes(s.batch_words * sizeof(word)),
+                             std::to_string(s.batches), cb::format_ns_spread(host_alloc_sum),
+                             cb::format_ns_spread(pool_sum), cb::fixed(staging_ratio, 3)});
+    } else {
+      staging_table.add_row({cb::format_bytes(s.batch_words * sizeof(word)),
+                             std::to_string(s.batches), cb::format_ns_spread(host_alloc_sum),
+                             "not supported", "-"});
+    }
     const double moved = static_cast<double>(words * sizeof(word));
     const auto gbps = [&](std::size_t alt) { return moved / sum[alt].median; };  // bytes/ns
     const auto ratio = [&](std::size_t alt) { return sum[raw_pinned].median / sum[alt].median; };
@@ -400,6 +447,8 @@ static int run(int argc, char** argv) {
     ratios.set("batches_producer/raw_pinned (throughput)", ratio(batches_producer));
     ratios.set("overlap_pinned (time / max(copy, compute))", overlap);
     ratios.set("overlap_staged (time / max(copy, compute))", overlap_st);
+    if (staging_pool)
+      ratios.set("epoch_staged cudaHostAlloc / pinned_memory_pool (time)", staging_ratio);
     row.set("ratios", std::move(ratios));
     row.set("verified", true);
     rep.results.push(std::move(row));
@@ -411,6 +460,7 @@ static int run(int argc, char** argv) {
     }
   }
   rep.add_table(t);
+  rep.add_table(staging_table);
   const std::string label = cb::format_bytes(headline_batch) + " batches";
   rep.headline("batch: batches pinned throughput / raw pinned, " + label, h_pinned, "x", "at least",
                0.9);

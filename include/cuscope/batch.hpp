@@ -12,6 +12,7 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -38,6 +39,9 @@ struct batch_options {
   bool adapt_to_memory = false;
   /// @brief The smallest batch size, in samples, that adapt_to_memory may choose (at least 1).
   std::size_t min_batch = 1;
+  /// @brief Where the page-locked staging buffers come from: a pool of pinned host memory
+  /// (pinned_memory_pool), or cudaHostAlloc when empty.
+  std::optional<memory_pool_ref> staging_pool;
 };
 
 /// @brief A source of samples that a callback writes into page-locked staging memory, for data
@@ -356,6 +360,10 @@ class batch_range {
     c.sample_elements = options.sample_elements;
     c.adapt_to_memory = options.adapt_to_memory;
     c.min_batch = options.min_batch;
+    if (options.staging_pool) {
+      c.staging_pool = options.staging_pool->get();
+      c.staging_device = options.staging_pool->device();
+    }
     out_t* out_data = nullptr;
     detail::batch_out_spec spec;
     if constexpr (!std::is_void_v<Out>) {

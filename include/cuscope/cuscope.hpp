@@ -14,6 +14,7 @@
 #include "graph.hpp"
 #include "memory_pool.hpp"
 #include "pinned_buffer.hpp"
+#include "pinned_memory_pool.hpp"
 #include "report.hpp"
 #include "session.hpp"
 #include "stream.hpp"

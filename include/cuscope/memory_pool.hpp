@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "detail/config.hpp"
 #include "detail/format.hpp"
@@ -88,6 +89,17 @@ struct pool_options {
   [[nodiscard]] static pool_options from_env(const std::string& name, pool_options defaults);
   /// @brief from_env(name, pool_options{}).
   [[nodiscard]] static pool_options from_env(const std::string& name);
+  /// @brief Devices besides the pool's own that get read-write access to its memory
+  /// (cudaMemPoolSetAccess), so that their kernels and copies may use it; for a
+  /// pinned_memory_pool, devices besides options.device.
+  std::vector<int> access_from;
+};
+
+/// @brief What a device may do with a pool's memory (cudaMemAccessFlags).
+enum class access_flags : unsigned char {
+  none,        ///< No access (cudaMemAccessFlagsProtNone).
+  read,        ///< Read only (cudaMemAccessFlagsProtRead).
+  read_write,  ///< Read and write (cudaMemAccessFlagsProtReadWrite).
 };
 
 /// @brief What an allocation does when the pool cannot serve it. Given at each call that may
@@ -193,6 +205,37 @@ class pool_base {
     set_flag(cudaMemPoolReuseFollowEventDependencies, r.follow_event_dependencies);
     set_flag(cudaMemPoolReuseAllowOpportunistic, r.allow_opportunistic);
     set_flag(cudaMemPoolReuseAllowInternalDependencies, r.allow_internal_dependencies);
+  }
+
+  /// @brief Gives device access to the pool's memory (cudaMemPoolSetAccess); access_flags::none
+  /// takes it back. A device pool's own device always has read-write access; a device pool on
+  /// another device needs peer access between the two (cudaDeviceCanAccessPeer).
+  /// @throws std::invalid_argument for an invalid device; cuda_error when CUDA refuses.
+  void set_access(int device, access_flags flags) const {
+    detail::check_device(device, "cuscope::memory_pool::set_access");
+    cudaMemAccessDesc d{};
+    d.location.type = cudaMemLocationTypeDevice;
+    d.location.id = device;
+    d.flags = flags == access_flags::read_write ? cudaMemAccessFlagsProtReadWrite
+              : flags == access_flags::read     ? cudaMemAccessFlagsProtRead
+                                                : cudaMemAccessFlagsProtNone;
+    CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolSetAccess(checked_handle(), &d, 1),
+                           describe() + ", access from device " + std::to_string(device));
+  }
+
+  /// @brief The access device has to the pool's memory (cudaMemPoolGetAccess).
+  /// @throws std::invalid_argument for an invalid device; cuda_error.
+  [[nodiscard]] access_flags access(int device) const {
+    detail::check_device(device, "cuscope::memory_pool::access");
+    cudaMemLocation location{};
+    location.type = cudaMemLocationTypeDevice;
+    location.id = device;
+    cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone;
+    CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolGetAccess(&flags, checked_handle(), &location),
+                           describe() + ", access from device " + std::to_string(device));
+    return flags == cudaMemAccessFlagsProtReadWrite ? access_flags::read_write
+           : flags == cudaMemAccessFlagsProtRead    ? access_flags::read
+                                                    : access_flags::none;
   }
 
   /// @brief Releases unused reserved memory to the driver, keeping at least bytes reserved.
@@ -454,6 +497,8 @@ class memory_pool : public detail::pool_base<memory_pool> {
     try {
       set_release_threshold(options.release_threshold_bytes);
       set_reuse(options.reuse);
+      for (const int peer : options.access_from)
+        if (peer != device_) set_access(peer, access_flags::read_write);
       if (options.initial_bytes != 0) reserve(options.initial_bytes);
     } catch (...) {
       destroy();

@@ -15,6 +15,8 @@
 
 #include "detail/format.hpp"
 #include "error.hpp"
+#include "memory_pool.hpp"
+#include "stream.hpp"
 
 namespace cuscope {
 
@@ -57,6 +59,28 @@ class pinned_buffer {
     data_ = static_cast<T*>(p);
   }
 
+  /// @brief count uninitialized elements from pool, a pool of page-locked host memory
+  /// (pinned_memory_pool), allocated on stream; waits for stream so that the host may use the
+  /// memory at once. The memory goes back to the pool in stream order on stream when the buffer
+  /// is destroyed, without cudaFreeHost's cost: the device's work on stream enqueued before the
+  /// destruction is ordered before it, other streams' work must be ordered by the caller.
+  /// @throws std::length_error when the byte count overflows; out_of_memory; cuda_error.
+  pinned_buffer(stream_ref stream, std::size_t count, memory_pool_ref pool)
+      : size_(count), stream_(stream.get()), device_(pool.device()), pooled_(true) {
+    if (count > std::numeric_limits<std::size_t>::max() / sizeof(T))
+      throw std::length_error("cuscope::pinned_buffer: " + std::to_string(count) + " elements of " +
+                              std::to_string(sizeof(T)) + " bytes overflow the byte count");
+    if (count == 0) return;
+    data_ = static_cast<T*>(pool.allocate(stream, count * sizeof(T)));
+    try {
+      const detail::stream_device_guard on(stream_, device_);
+      stream.synchronize();
+    } catch (...) {
+      free();
+      throw;
+    }
+  }
+
   /// @brief Takes ownership of ptr, count elements from cudaHostAlloc or cudaMallocHost.
   [[nodiscard]] static pinned_buffer adopt(T* ptr, std::size_t count) noexcept {
     pinned_buffer b;
@@ -70,7 +94,11 @@ class pinned_buffer {
 
   /// @brief Takes other's memory; other is left empty.
   pinned_buffer(pinned_buffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+      : data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)),
+        stream_(other.stream_),
+        device_(other.device_),
+        pooled_(other.pooled_) {}
 
   /// @brief Frees this buffer's memory and takes other's; other is left empty.
   pinned_buffer& operator=(pinned_buffer&& other) noexcept {
@@ -78,6 +106,9 @@ class pinned_buffer {
       free();
       data_ = std::exchange(other.data_, nullptr);
       size_ = std::exchange(other.size_, 0);
+      stream_ = other.stream_;
+      device_ = other.device_;
+      pooled_ = other.pooled_;
     }
     return *this;
   }
@@ -85,7 +116,8 @@ class pinned_buffer {
   /// @brief Frees the memory (after the device has finished with it); never throws.
   ~pinned_buffer() { free(); }
 
-  /// @brief Gives up ownership: the caller frees the pointer with cudaFreeHost. Leaves this empty.
+  /// @brief Gives up ownership: the caller frees the pointer with cudaFreeHost (with cudaFreeAsync
+  /// on stream() when it came from a pool). Leaves this empty.
   [[nodiscard]] T* release() noexcept {
     size_ = 0;
     return std::exchange(data_, nullptr);
@@ -97,6 +129,10 @@ class pinned_buffer {
   [[nodiscard]] const T* data() const noexcept { return data_; }
   /// @brief Number of elements.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// @brief Whether the memory came from a pool (and goes back to it on stream()).
+  [[nodiscard]] bool pooled() const noexcept { return pooled_; }
+  /// @brief The stream the memory of a pooled buffer is freed on.
+  [[nodiscard]] stream_ref stream() const noexcept { return stream_ref(stream_); }
   /// @brief Number of bytes.
   [[nodiscard]] std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
   /// @brief True when the buffer holds no elements.
@@ -116,7 +152,9 @@ class pinned_buffer {
 
  private:
   void free() noexcept {
-    if (data_ != nullptr)
+    if (data_ != nullptr && pooled_)
+      detail::free_async_nothrow(data_, stream_, device_);
+    else if (data_ != nullptr)
       (void)CUSCOPE_DETAIL_CLEANUP(cudaFreeHost(data_), "cuscope::pinned_buffer", data_);
     data_ = nullptr;
     size_ = 0;
@@ -124,6 +162,9 @@ class pinned_buffer {
 
   T* data_ = nullptr;
   std::size_t size_ = 0;
+  cudaStream_t stream_ = nullptr;
+  int device_ = 0;
+  bool pooled_ = false;
 };
 
 }  // namespace cuscope

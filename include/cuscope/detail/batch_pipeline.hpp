@@ -124,6 +124,8 @@ class batch_pipeline {
       }
       if (has_output) results_.emplace(so);
       final_.emplace();
+      staging_pool_ = config.staging_pool;
+      staging_device_ = config.staging_device;
       allocate(config);
     } catch (...) {
       release();
@@ -259,6 +261,14 @@ class batch_pipeline {
     pool_.trim_to(0);
   }
 
+  // Page-locked staging of count elements, from batch_options::staging_pool when given: then
+  // freed in order on stream, the stream whose copies use it.
+  template <class U>
+  pinned_buffer<U> staging(std::size_t count, stream_ref stream) const {
+    if (staging_pool_ == nullptr) return pinned_buffer<U>(count);
+    return pinned_buffer<U>(stream, count, memory_pool_ref(staging_pool_, staging_device_));
+  }
+
   void allocate_slots(std::size_t depth) {
     const std::size_t n = depth < plan_.batch_count() ? depth : plan_.batch_count();
     const std::size_t elements = plan_.largest_elements();
@@ -268,12 +278,12 @@ class batch_pipeline {
       slot s;
       s.in = device_buffer<T>(device_allocation(*copy_, bytes_of<T>(elements, "cuscope::batches"),
                                                 pool_, accounting_, "batch input", call_site{}));
-      if (kind_ != source_kind::direct) s.staging = pinned_buffer<T>(elements);
+      if (kind_ != source_kind::direct) s.staging = staging<T>(elements, *copy_);
       if (has_output) {
         s.out = device_buffer<out_t>(
             device_allocation(*copy_, bytes_of<out_t>(results, "cuscope::batches"), pool_,
                               accounting_, "batch results", call_site{}));
-        s.out_staging = pinned_buffer<out_t>(results);
+        s.out_staging = staging<out_t>(results, *results_);
         s.unloaded.emplace();
       }
       slots_.push_back(std::move(s));
@@ -443,7 +453,9 @@ class batch_pipeline {
   producer produce_;
   out_t* out_data_;
   source_kind kind_ = source_kind::staged;
-  std::optional<cuscope::stream> copy_;     // the copies to the device
+  std::optional<cuscope::stream> copy_;   // the copies to the device
+  cudaMemPool_t staging_pool_ = nullptr;  // batch_options::staging_pool
+  int staging_device_ = 0;
   std::optional<cuscope::stream> results_;  // the copies of results back to the host
   std::optional<event> final_;              // the user's stream: the frees wait for it
   std::vector<slot> slots_;

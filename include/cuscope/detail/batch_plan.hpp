@@ -18,7 +18,9 @@ struct batch_config {
   std::size_t sample_elements = 1;
   bool adapt_to_memory = false;
   std::size_t min_batch = 1;
-  ledger* accounting = nullptr;  // the session that counts the buffers, if any
+  ledger* accounting = nullptr;          // the session that counts the buffers, if any
+  cudaMemPool_t staging_pool = nullptr;  // page-locked staging from this pool, else cudaHostAlloc
+  int staging_device = 0;
 };
 
 /// Where the results go: count elements at data, per_sample per sample or per_batch per batch.
