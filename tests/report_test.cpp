@@ -213,3 +213,27 @@ TEST_CASE("report: the simulated NVML follows NVML's calling conventions", "[rep
   CHECK(shutdown() == 1);
 }
 #endif
+
+TEST_CASE("report: empty_cache synchronizes, trims every pool named and returns the bytes freed",
+          "[report]") {
+  device_guard device;
+  cuscope::memory_pool a;
+  cuscope::memory_pool b;
+  cuscope::memory_pool untouched;
+  cuscope::stream s;
+  void* kept = a.allocate(s, 40 * MiB);
+  a.deallocate(s, a.allocate(s, 64 * MiB), 64 * MiB);  // cached, its free not yet run
+  b.deallocate(s, b.allocate(s, 32 * MiB), 32 * MiB);
+  untouched.deallocate(s, untouched.allocate(s, 32 * MiB), 32 * MiB);
+  const std::size_t a_before = a.stats().reserved_bytes;
+  REQUIRE(a_before >= 104 * MiB);
+  const std::size_t freed = cuscope::empty_cache(a, b);
+  CHECK(freed == a_before - a.stats().reserved_bytes + 32 * MiB);
+  CHECK(b.stats().reserved_bytes == 0);
+  CHECK(a.stats().used_bytes == 40 * MiB);  // live memory stays
+  CHECK(a.stats().reserved_bytes < a_before);
+  CHECK(untouched.stats().reserved_bytes == 32 * MiB);  // not named, not trimmed
+  CHECK(cuscope::empty_cache(b) == 0);
+  a.deallocate(s, kept, 40 * MiB);
+  s.synchronize();
+}

@@ -276,4 +276,36 @@ template <class... Pools>
   return memory_report(device, list);
 }
 
+/// @brief cuscope's empty_cache: synchronizes the device of each pool (once per device), so that
+/// every free has completed, then trims each pool to 0, and returns the bytes given back to the
+/// driver. Memory behind live allocations stays. What PyTorch's torch.cuda.empty_cache() and CuPy's
+/// free_all_blocks() do, for the pools named and no others.
+/// @throws cuda_error when a synchronization, a trim or a statistics query fails.
+[[nodiscard]] inline std::size_t empty_cache(const std::vector<memory_pool_ref>& pools) {
+  std::vector<int> synchronized;
+  for (const memory_pool_ref& p : pools) {
+    bool done = false;
+    for (const int d : synchronized)
+      done = done || d == p.device();
+    if (done) continue;
+    scoped_device on(p.device());
+    CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), "cuscope::empty_cache on " + p.describe());
+    synchronized.push_back(p.device());
+  }
+  std::size_t returned = 0;
+  for (const memory_pool_ref& p : pools) {
+    const std::size_t before = p.stats().reserved_bytes;
+    p.trim_to(0);
+    const std::size_t after = p.stats().reserved_bytes;
+    returned += before > after ? before - after : 0;
+  }
+  return returned;
+}
+
+/// @brief empty_cache for pools given as memory_pool or memory_pool_ref.
+template <class... Pools>
+[[nodiscard]] std::size_t empty_cache(const Pools&... pools) {
+  return empty_cache(std::vector<memory_pool_ref>{memory_pool_ref(pools)...});
+}
+
 }  // namespace cuscope
