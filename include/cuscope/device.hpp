@@ -22,7 +22,7 @@ namespace cuscope {
     (void)cudaGetLastError();
     return 0;
   }
-  CUSCOPE_DETAIL_TRY_FOR(status, std::string("device count"));
+  CUSCOPE_DETAIL_CHECK_FOR(status, "cudaGetDeviceCount(&count)", std::string("device count"));
   return count;
 }
 
@@ -34,6 +34,16 @@ namespace cuscope {
 }
 
 namespace detail {
+
+/// Makes device current again for the calling thread after a guard switched away from it; never
+/// throws. Tried twice: since CUDA 12.0 cudaSetDevice also initializes the device's primary
+/// context, which can fail for a moment (for lack of memory) and succeed later, and a thread left
+/// on the wrong device would send all its later work there. A second failure goes to the cleanup
+/// handler, naming object.
+inline bool restore_device_nothrow(int device, const char* object) noexcept {
+  if (CUSCOPE_CUDA_TRY_NOTHROW(cudaSetDevice(device)) == cudaSuccess) return true;
+  return CUSCOPE_DETAIL_CLEANUP(cudaSetDevice(device), object, nullptr);
+}
 
 /// Throws std::invalid_argument naming who asked when device is not a device of this machine.
 inline void check_device(int device, const char* who) {
@@ -57,7 +67,7 @@ class scoped_device {
     if (current != cudaSuccess) {
       (void)cudaGetLastError();
       detail::check_device(device, "cuscope::scoped_device");
-      CUSCOPE_DETAIL_TRY_FOR(current, std::string("current device"));
+      CUSCOPE_DETAIL_CHECK_FOR(current, "cudaGetDevice(&previous_)", std::string("current device"));
     }
     if (device != previous_) {
       const cudaError_t status = cudaSetDevice(device);
@@ -65,7 +75,7 @@ class scoped_device {
         (void)cudaGetLastError();
         detail::check_device(device, "cuscope::scoped_device");
       }
-      CUSCOPE_DETAIL_TRY_FOR(status, "device " + std::to_string(device));
+      CUSCOPE_DETAIL_CHECK_FOR(status, "cudaSetDevice(device)", "device " + std::to_string(device));
       switched_ = true;
     }
   }
@@ -75,8 +85,7 @@ class scoped_device {
   /// @brief Restores the device that was current at construction.
   ~scoped_device() {
     // A destructor cannot throw: a failed restore is tried once more, then reported.
-    if (switched_ && CUSCOPE_CUDA_TRY_NOTHROW(cudaSetDevice(previous_)) != cudaSuccess)
-      (void)CUSCOPE_DETAIL_CLEANUP(cudaSetDevice(previous_), "cuscope::scoped_device", nullptr);
+    if (switched_) (void)detail::restore_device_nothrow(previous_, "cuscope::scoped_device");
   }
 
  private:
@@ -122,12 +131,44 @@ class stream_device_guard_nothrow {
   stream_device_guard_nothrow(const stream_device_guard_nothrow&) = delete;
   stream_device_guard_nothrow& operator=(const stream_device_guard_nothrow&) = delete;
   ~stream_device_guard_nothrow() {
-    if (previous_ >= 0)
-      (void)CUSCOPE_DETAIL_CLEANUP(cudaSetDevice(previous_), "the current device", nullptr);
+    if (previous_ >= 0) (void)restore_device_nothrow(previous_, "the current device");
   }
 
  private:
   int previous_ = -1;
+};
+
+/// Makes device current for a scope where nothing may throw, for a best-effort query: ok() says
+/// whether it is current. A failure to switch changes nothing and is cleared; the previous device
+/// is restored as restore_device_nothrow does.
+class device_switch_nothrow {
+ public:
+  explicit device_switch_nothrow(int device) noexcept {
+    int current = 0;
+    if (cudaGetDevice(&current) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    if (current != device) {
+      if (cudaSetDevice(device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+      }
+      previous_ = current;
+    }
+    ok_ = true;
+  }
+  device_switch_nothrow(const device_switch_nothrow&) = delete;
+  device_switch_nothrow& operator=(const device_switch_nothrow&) = delete;
+  ~device_switch_nothrow() {
+    if (previous_ >= 0) (void)restore_device_nothrow(previous_, "the current device");
+  }
+
+  [[nodiscard]] bool ok() const noexcept { return ok_; }
+
+ private:
+  int previous_ = -1;
+  bool ok_ = false;
 };
 
 }  // namespace detail

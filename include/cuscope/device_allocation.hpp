@@ -169,8 +169,8 @@ class device_allocation {
     return *this;
   }
 
-  /// @brief Frees the memory on the allocation's stream; never throws (a failure goes to the
-  /// cleanup handler).
+  /// @brief Frees the memory on the allocation's stream; never throws. A failure goes to the
+  /// cleanup handler, and the session that counts the allocation goes on counting it (a leak).
   ~device_allocation() { free(); }
 
   /// @brief Gives up ownership: the caller frees the returned pointer (on stream(), from
@@ -231,9 +231,13 @@ class device_allocation {
     if (data_ != nullptr) {
       // cudaFreeAsync is ordered by the stream, whatever device is current; only a default stream
       // handle needs the pool's device to name the stream the memory was used on.
-      detail::free_async_nothrow(data_, stream_, device_);
-      if (recorder_ != nullptr) recorder_->record_free(device_, pool_, stream_, data_, bytes_);
-      if (ledger_ != nullptr) ledger_->discharge(bytes_, slot_);
+      if (detail::free_async_nothrow(data_, stream_, device_, bytes_)) {
+        if (recorder_ != nullptr) recorder_->record_free(device_, pool_, stream_, data_, bytes_);
+        if (ledger_ != nullptr) ledger_->discharge(bytes_, slot_);
+      } else if (ledger_ != nullptr) {
+        // Still allocated: the session goes on counting it, and names it as a leak.
+        ledger_->abandon();
+      }
     }
     data_ = nullptr;
     bytes_ = 0;

@@ -68,6 +68,8 @@ struct cleanup_error {
   const char* object = "";
   /// @brief Its handle (stream, event, pool, device pointer) or address; may be null.
   const void* handle = nullptr;
+  /// @brief The bytes involved (of an allocation that could not be freed); 0 when none.
+  std::size_t bytes = 0;
   /// @brief The CUDA status; cudaSuccess when the failure was an exception that carried none.
   cudaError_t status = cudaSuccess;
   /// @brief cudaGetErrorString(status), or the exception's what().
@@ -86,8 +88,10 @@ using cleanup_handler = void (*)(const cleanup_error&) noexcept;
 /// without NDEBUG or CUSCOPE_NO_CLEANUP_ASSERT, fails an assertion, as a failed cleanup means a
 /// bug (a stream destroyed twice, memory freed on a dead stream) or a broken device.
 inline void default_cleanup_handler(const cleanup_error& e) noexcept {
-  std::fprintf(stderr, "cuscope: cleanup failed: %s for %s %p: %s%s%s (%s:%d)\n", e.operation,
-               e.object, e.handle, e.status != cudaSuccess ? cudaGetErrorName(e.status) : "",
+  char bytes[48] = "";
+  if (e.bytes != 0) std::snprintf(bytes, sizeof bytes, " (%zu bytes)", e.bytes);
+  std::fprintf(stderr, "cuscope: cleanup failed: %s for %s %p%s: %s%s%s (%s:%d)\n", e.operation,
+               e.object, e.handle, bytes, e.status != cudaSuccess ? cudaGetErrorName(e.status) : "",
                e.status != cudaSuccess ? ": " : "", e.message, e.file, e.line);
 #if !defined(CUSCOPE_NO_CLEANUP_ASSERT)
   assert(false &&
@@ -153,12 +157,13 @@ namespace detail {
 /// one compare on success.
 CUSCOPE_DETAIL_COLD inline void report_cleanup(const char* operation, const char* object,
                                                const void* handle, cudaError_t status,
-                                               const char* message, const char* file,
-                                               int line) noexcept {
+                                               const char* message, const char* file, int line,
+                                               std::size_t bytes = 0) noexcept {
   cleanup_error e;
   e.operation = operation;
   e.object = object;
   e.handle = handle;
+  e.bytes = bytes;
   e.status = status;
   e.message = message != nullptr ? message : "";
   e.file = file;
@@ -170,11 +175,12 @@ CUSCOPE_DETAIL_COLD inline void report_cleanup(const char* operation, const char
 /// (objects with static lifetime destroyed after the runtime shut down, as RMM treats it);
 /// otherwise clears a non-sticky error, reports to the cleanup handler and returns false.
 inline bool cleanup_ok(cudaError_t status, const char* operation, const char* object,
-                       const void* handle, const char* file, int line) noexcept {
+                       const void* handle, const char* file, int line,
+                       std::size_t bytes = 0) noexcept {
   if (status == cudaSuccess) return true;
   (void)cudaGetLastError();
   if (status == cudaErrorCudartUnloading) return true;
-  report_cleanup(operation, object, handle, status, cudaGetErrorString(status), file, line);
+  report_cleanup(operation, object, handle, status, cudaGetErrorString(status), file, line, bytes);
   return false;
 }
 
@@ -206,6 +212,17 @@ inline cudaError_t check_nothrow(cudaError_t status) noexcept {
   if (status == cudaSuccess) return status;
   (void)cudaGetLastError();
   return status == cudaErrorCudartUnloading ? cudaSuccess : status;
+}
+
+/// The message of the exception being handled (inside a catch block).
+inline std::string exception_message() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception of unknown type";
+  }
 }
 
 /// Reports the exception being handled (inside a catch block) as a cleanup failure.
@@ -243,6 +260,10 @@ CUSCOPE_DETAIL_COLD inline void report_cleanup_exception(const char* operation, 
 #define CUSCOPE_DETAIL_CLEANUP(call, object, handle) \
   ::cuscope::detail::cleanup_ok((call), #call, (object), (handle), __FILE__, __LINE__)
 
+/// CUSCOPE_DETAIL_CLEANUP for a release of bytes of memory, which the report names.
+#define CUSCOPE_DETAIL_CLEANUP_BYTES(call, object, handle, bytes) \
+  ::cuscope::detail::cleanup_ok((call), #call, (object), (handle), __FILE__, __LINE__, (bytes))
+
 /// Inside a catch block of a cleanup path: reports the exception to the cleanup handler.
 #define CUSCOPE_DETAIL_CLEANUP_CAUGHT(operation, object, handle) \
   ::cuscope::detail::report_cleanup_exception((operation), (object), (handle), __FILE__, __LINE__)
@@ -250,6 +271,16 @@ CUSCOPE_DETAIL_COLD inline void report_cleanup_exception(const char* operation, 
 /// @brief Calls a CUDA runtime function without throwing; evaluates to its cudaError_t, with
 /// cudaErrorCudartUnloading reported as cudaSuccess. For destructors and noexcept paths.
 #define CUSCOPE_CUDA_TRY_NOTHROW(call) ::cuscope::detail::check_nothrow(call)
+
+/// Checks status, which call (a string literal naming the CUDA call, as written) returned, and
+/// throws as CUSCOPE_DETAIL_TRY_FOR does, naming that call: for calls whose status is examined
+/// before it is checked. object is evaluated only when the call failed.
+#define CUSCOPE_DETAIL_CHECK_FOR(status, call, object)                                          \
+  do {                                                                                          \
+    const cudaError_t cuscope_status_ = (status);                                               \
+    if (cuscope_status_ != cudaSuccess)                                                         \
+      ::cuscope::detail::throw_cuda_error(cuscope_status_, call, __FILE__, __LINE__, (object)); \
+  } while (false)
 
 /// Like CUSCOPE_CUDA_TRY, naming the object the call was made for. object is evaluated only when
 /// the call fails.

@@ -50,7 +50,7 @@ class event_ref {
       detail::clear_not_ready();
       return false;
     }
-    CUSCOPE_DETAIL_TRY_FOR(status, describe());
+    CUSCOPE_DETAIL_CHECK_FOR(status, "cudaEventQuery(event_)", describe());
     return true;
   }
 

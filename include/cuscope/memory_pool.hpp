@@ -119,22 +119,24 @@ class memory_pool_ref;
 
 namespace detail {
 
-/// Frees ptr, memory of a pool on device, in stream order on stream; never throws. A default
-/// stream handle names the default stream of device, as in pool_base::deallocate.
-inline void free_async_nothrow(void* ptr, cudaStream_t stream, int device) noexcept {
-  if (ptr == nullptr) return;
+/// Frees ptr, bytes of memory of a pool on device, in stream order on stream; never throws. A
+/// default stream handle names the default stream of device, as in pool_base::deallocate. False
+/// when the free failed (reported to the cleanup handler): the memory is still allocated.
+inline bool free_async_nothrow(void* ptr, cudaStream_t stream, int device,
+                               std::size_t bytes = 0) noexcept {
+  if (ptr == nullptr) return true;
   const stream_device_guard_nothrow on(stream, device);
   const cudaError_t status = cudaFreeAsync(ptr, stream);
-  if (status == cudaSuccess) return;
+  if (status == cudaSuccess) return true;
   // In a stream capture, a free becomes a graph node and must name memory the graph allocated.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   const bool capturing = cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
                          capture != cudaStreamCaptureStatusNone;
-  (void)cleanup_ok(status, "cudaFreeAsync(ptr, stream)",
-                   capturing ? "device memory of a pool, freed in a stream capture that did not "
-                               "allocate it (free it before the capture begins or after it ends)"
-                             : "device memory of a pool",
-                   ptr, __FILE__, __LINE__);
+  return cleanup_ok(status, "cudaFreeAsync(ptr, stream)",
+                    capturing ? "device memory of a pool, freed in a stream capture that did not "
+                                "allocate it (free it before the capture begins or after it ends)"
+                              : "device memory of a pool",
+                    ptr, __FILE__, __LINE__, bytes);
 }
 
 /// The limit on pool's reserved memory that the driver enforces (cudaMemPoolAttrMaxPoolSize, which
@@ -358,7 +360,10 @@ class pool_base {
     }
     if (rec != nullptr && status == cudaErrorMemoryAllocation)
       rec->record_out_of_memory(self().device_, self().handle_, stream.get(), bytes, self().scope_);
-    if (status == cudaErrorMemoryAllocation) throw out_of_memory(bytes, oom_message(bytes));
+    if (status == cudaErrorMemoryAllocation)
+      throw out_of_memory(bytes, oom_message(bytes) +
+                                     " (cudaMallocFromPoolAsync failed with "
+                                     "cudaErrorMemoryAllocation)");
     throw_cuda_error(status, "cudaMallocFromPoolAsync", __FILE__, __LINE__,
                      describe() + ", " + format_bytes(bytes) + " on " + stream.describe());
   }
@@ -380,14 +385,13 @@ class pool_base {
       m += " under a limit of " + format_bytes(limit);
       if (bytes > limit) m += ", less than the request";
     }
-    int previous = -1;
     std::size_t free_bytes = 0;
     std::size_t total = 0;
-    if (cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(d.device_) == cudaSuccess &&
-        cudaMemGetInfo(&free_bytes, &total) == cudaSuccess) {
-      m += "; the device has " + format_bytes(free_bytes) + " free of " + format_bytes(total);
+    {
+      const device_switch_nothrow on(d.device_);
+      if (on.ok() && cudaMemGetInfo(&free_bytes, &total) == cudaSuccess)
+        m += "; the device has " + format_bytes(free_bytes) + " free of " + format_bytes(total);
     }
-    if (previous >= 0) (void)cudaSetDevice(previous);
     (void)cudaGetLastError();
     return m;
   }
@@ -651,7 +655,17 @@ class memory_pool : public detail::pool_base<memory_pool> {
     scoped_device on(device_);
     void* p = allocate(s, bytes);
     // Not deallocate(): with the device current already, nothing may fail between the two.
-    CUSCOPE_DETAIL_TRY_FOR(cudaFreeAsync(p, s.get()), describe());
+    const cudaError_t status = cudaFreeAsync(p, s.get());
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      // Never freed, the reserve would keep the pool, destroyed as the constructor unwinds, alive
+      // for good. cudaFree frees stream-ordered memory at once, once its allocation has run; a
+      // failure of that too goes to the cleanup handler with the bytes held.
+      const char* what = "cuscope::memory_pool: its initial reserve";
+      if (CUSCOPE_DETAIL_CLEANUP_BYTES(cudaStreamSynchronize(s.get()), what, p, bytes))
+        (void)CUSCOPE_DETAIL_CLEANUP_BYTES(cudaFree(p), what, p, bytes);
+      CUSCOPE_DETAIL_CHECK_FOR(status, "cudaFreeAsync(p, s.get())", describe());
+    }
     s.synchronize();
   }
 

@@ -90,7 +90,7 @@ class pool_resource {
   }
 
   /// @brief Returns ptr to the pool in stream order on stream. Enqueued on stream; does not
-  /// synchronize. Never throws: a failure is ignored, as in a destructor.
+  /// synchronize. Never throws: a failure goes to the cleanup handler, as in a destructor.
   void deallocate(stream_ref stream, void* ptr, std::size_t bytes,
                   std::size_t alignment = max_alignment) noexcept {
     (void)alignment;
@@ -116,7 +116,7 @@ class pool_resource {
   }
 
   /// @brief Returns ptr, no longer in use on any stream, to the pool. Enqueued on the sync
-  /// stream; does not synchronize. Never throws.
+  /// stream; does not synchronize. Never throws: a failure goes to the cleanup handler.
   void deallocate_sync(void* ptr, std::size_t bytes,
                        std::size_t alignment = max_alignment) noexcept {
     (void)alignment;
@@ -174,7 +174,11 @@ class pool_resource {
 
   void free_nothrow(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept {
     if (ptr == nullptr) return;
-    detail::free_async_nothrow(ptr, stream, pool_.device());
+    if (!detail::free_async_nothrow(ptr, stream, pool_.device(), bytes)) {
+      // Still allocated, and reported: the session goes on counting it.
+      if (ledger_.get() != nullptr) ledger_.get()->abandon();
+      return;
+    }
     if (recorder* r = pool_.attached_recorder())
       r->record_free(pool_.device(), pool_.get(), stream, ptr, bytes);
     if (ledger_.get() != nullptr) ledger_.get()->discharge(ptr, bytes);

@@ -53,9 +53,11 @@ class pinned_buffer {
       (void)cudaGetLastError();
       throw out_of_memory(count * sizeof(T),
                           "cuscope: out of memory: " + detail::format_bytes(count * sizeof(T)) +
-                              " of page-locked host memory requested");
+                              " of page-locked host memory requested (cudaHostAlloc failed with "
+                              "cudaErrorMemoryAllocation)");
     }
-    CUSCOPE_DETAIL_TRY_FOR(status, "pinned_buffer of " + detail::format_bytes(count * sizeof(T)));
+    CUSCOPE_DETAIL_CHECK_FOR(status, "cudaHostAlloc(&p, count * sizeof(T), flags)",
+                             "pinned_buffer of " + detail::format_bytes(count * sizeof(T)));
     data_ = static_cast<T*>(p);
   }
 
@@ -153,9 +155,10 @@ class pinned_buffer {
  private:
   void free() noexcept {
     if (data_ != nullptr && pooled_)
-      detail::free_async_nothrow(data_, stream_, device_);
+      (void)detail::free_async_nothrow(data_, stream_, device_, size_ * sizeof(T));
     else if (data_ != nullptr)
-      (void)CUSCOPE_DETAIL_CLEANUP(cudaFreeHost(data_), "cuscope::pinned_buffer", data_);
+      (void)CUSCOPE_DETAIL_CLEANUP_BYTES(cudaFreeHost(data_), "cuscope::pinned_buffer", data_,
+                                         size_ * sizeof(T));
     data_ = nullptr;
     size_ = 0;
   }

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "device.hpp"
+
 namespace cuscope {
 
 /// @brief What a memory_event records.
@@ -287,15 +289,9 @@ class recorder {
                cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) !=
                    cudaSuccess;
     }
-    int previous = -1;
-    if (cudaGetDevice(&previous) != cudaSuccess) {
-      failed = true;
-    } else {
-      const bool switched = previous != device;
-      if ((switched && cudaSetDevice(device) != cudaSuccess) ||
-          cudaMemGetInfo(&free_bytes, &total) != cudaSuccess)
-        failed = true;
-      if (switched) (void)cudaSetDevice(previous);
+    {
+      const detail::device_switch_nothrow on(device);
+      if (!on.ok() || cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) failed = true;
     }
     if (failed) {
       (void)cudaGetLastError();

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -103,39 +104,72 @@ struct session_report {
   std::size_t graph_returned_bytes = 0;  ///< Graph memory given back by the end's graph trim.
   bool graph_trimmed = false;            ///< Whether the device's graph memory was trimmed.
   bool unwinding = false;  ///< Whether the session ended while an exception unwound the stack.
+  /// @brief The figures that a failed step of the end left unknown, by member name
+  /// ("reserved_at_exit_bytes"); they read 0. Empty when every figure was measured.
+  std::vector<std::string> unknown;
+  /// @brief One message per step of the end that failed (naming the step and the CUDA call);
+  /// empty when none did.
+  std::vector<std::string> errors;
 
   /// @brief True when allocations made through the session outlived it, or memory of the pool
   /// it cannot account for did (untracked_leak).
   [[nodiscard]] bool leaked() const noexcept { return leaked_allocations != 0 || untracked_leak; }
+  /// @brief True when every step of the end succeeded: every figure was measured.
+  [[nodiscard]] bool complete() const noexcept { return errors.empty(); }
+  /// @brief Whether figure (a member name, "driver_free_at_exit_bytes") was measured.
+  [[nodiscard]] bool known(const std::string& figure) const {
+    return std::find(unknown.begin(), unknown.end(), figure) == unknown.end();
+  }
 
-  /// @brief A few readable lines with human units.
+  /// @brief A few readable lines with human units; an unknown figure reads "unknown".
   [[nodiscard]] std::string to_string() const {
     using detail::format_bytes;
+    const auto figure = [&](const char* member, std::size_t bytes) {
+      return known(member) ? format_bytes(bytes) : std::string("unknown");
+    };
     char time[32];
     std::snprintf(time, sizeof time, "%.3f s", seconds);
     std::string s = "session '" + (name.empty() ? std::string("unnamed") : name) + "' on device " +
                     std::to_string(device) + ", " + time +
                     (unwinding ? " (ended by an exception)" : "") + "\n";
-    s += "  peak in use " + format_bytes(peak_used_bytes) + ", peak reserved " +
-         format_bytes(peak_reserved_bytes) + (concurrent ? " (of the pool, shared)" : "") +
-         "; its own allocations peaked at " + format_bytes(tracked_peak_bytes) + "\n";
-    s += "  returned to the driver " + format_bytes(returned_bytes) + " (reserve " +
-         format_bytes(reserved_at_finish_bytes) + " -> " + format_bytes(reserved_at_exit_bytes) +
+    s += "  peak in use " + figure("peak_used_bytes", peak_used_bytes) + ", peak reserved " +
+         figure("peak_reserved_bytes", peak_reserved_bytes) +
+         (concurrent ? " (of the pool, shared)" : "") + "; its own allocations peaked at " +
+         format_bytes(tracked_peak_bytes) + "\n";
+    s += "  returned to the driver " + figure("returned_bytes", returned_bytes) + " (reserve " +
+         figure("reserved_at_finish_bytes", reserved_at_finish_bytes) + " -> " +
+         figure("reserved_at_exit_bytes", reserved_at_exit_bytes) +
          (trimmed         ? ", trimmed"
           : trim_deferred ? ", trim left to the last session open"
                           : ", not trimmed") +
          "; " + format_bytes(reserved_at_entry_bytes) + " at entry" +
          (synchronized_device ? "; synchronized the device" : "") + ")\n";
-    const bool gained = driver_free_at_exit_bytes >= driver_free_at_entry_bytes;
-    const std::size_t delta = gained ? driver_free_at_exit_bytes - driver_free_at_entry_bytes
-                                     : driver_free_at_entry_bytes - driver_free_at_exit_bytes;
     s += "  device free " + format_bytes(driver_free_at_entry_bytes) + " at entry, " +
-         format_bytes(driver_free_at_exit_bytes) + " at exit (" + (gained ? "+" : "-") +
-         format_bytes(delta) + ") of " + format_bytes(driver_total_bytes) + "\n";
-    if (graph_trimmed || graph_reserved_bytes != 0)
-      s += "  graph memory " + format_bytes(graph_used_bytes) + " in use, " +
-           format_bytes(graph_reserved_bytes) + " reserved" +
-           (graph_trimmed ? " (trimmed, " + format_bytes(graph_returned_bytes) + " returned)"
+         figure("driver_free_at_exit_bytes", driver_free_at_exit_bytes) + " at exit";
+    if (known("driver_free_at_exit_bytes")) {
+      const bool gained = driver_free_at_exit_bytes >= driver_free_at_entry_bytes;
+      const std::size_t delta = gained ? driver_free_at_exit_bytes - driver_free_at_entry_bytes
+                                       : driver_free_at_entry_bytes - driver_free_at_exit_bytes;
+      s += std::string(" (") + (gained ? "+" : "-") + format_bytes(delta) + ")";
+    }
+    s += " of " + format_bytes(driver_total_bytes) + "\n";
+    if (!complete()) {
+      s += "  INCOMPLETE: " + std::to_string(errors.size()) + " step" +
+           (errors.size() == 1 ? "" : "s") + " of the end failed";
+      if (!unknown.empty()) {
+        s += "; unknown:";
+        for (const std::string& u : unknown)
+          s += " " + u;
+      }
+      s += "\n";
+      for (const std::string& e : errors)
+        s += "    " + e + "\n";
+    }
+    if (graph_trimmed || graph_reserved_bytes != 0 || !known("graph_reserved_bytes"))
+      s += "  graph memory " + figure("graph_used_bytes", graph_used_bytes) + " in use, " +
+           figure("graph_reserved_bytes", graph_reserved_bytes) + " reserved" +
+           (graph_trimmed ? " (trimmed, " + figure("graph_returned_bytes", graph_returned_bytes) +
+                                " returned)"
                           : " (not trimmed)") +
            "\n";
     if (leaked_allocations != 0) {
@@ -175,10 +209,11 @@ struct session_report {
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.9g", r.seconds);
   out += ",\"device\":" + std::to_string(r.device) + ",\"seconds\":" + seconds;
-  const auto number = [&out](const char* key, std::size_t value) {
+  // A figure that a failed step left unknown (session_report::unknown) is null.
+  const auto number = [&out, &r](const char* key, std::size_t value) {
     out += ",\"";
     out += key;
-    out += "\":" + std::to_string(value);
+    out += "\":" + (r.known(key) ? std::to_string(value) : std::string("null"));
   };
   const auto flag = [&out](const char* key, bool value) {
     out += ",\"";
@@ -211,6 +246,19 @@ struct session_report {
   flag("synchronized_device", r.synchronized_device);
   flag("unwinding", r.unwinding);
   flag("leaked", r.leaked());
+  flag("complete", r.complete());
+  const auto strings = [&out](const char* key, const std::vector<std::string>& list) {
+    out += ",\"";
+    out += key;
+    out += "\":[";
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (i != 0) out += ',';
+      json_string(out, list[i]);
+    }
+    out += ']';
+  };
+  strings("unknown", r.unknown);
+  strings("errors", r.errors);
   out += ",\"leaks\":[";
   for (std::size_t i = 0; i < r.leaks.size(); ++i) {
     const leaked_allocation& l = r.leaks[i];
@@ -597,19 +645,24 @@ class session {
     report_.unwinding = std::uncaught_exceptions() > exceptions_at_entry_;
     // Every step runs even when an earlier one failed: the pool must be trimmed and its settings
     // restored whatever happened. The first error is rethrown at the end.
+    // A failed step marks the figures it would have measured as unknown, never as 0.
     std::exception_ptr error;
-    const auto step = [&](auto&& f) {
+    const auto step = [&](const char* what, std::initializer_list<const char*> figures, auto&& f) {
       try {
         f();
       } catch (...) {
         if (!error) error = std::current_exception();
+        report_.errors.push_back(std::string(what) + ": " + detail::exception_message());
+        for (const char* figure : figures)
+          if (report_.known(figure)) report_.unknown.emplace_back(figure);
       }
     };
-    step([&] { report_.reserved_at_finish_bytes = pool_.stats().reserved_bytes; });
+    step("reading the pool's reserve", {"reserved_at_finish_bytes", "returned_bytes"},
+         [&] { report_.reserved_at_finish_bytes = pool_.stats().reserved_bytes; });
     // A capture on the session's streams cannot survive a synchronization: refuse the
     // synchronization and the trims that need it, and leave the capture intact.
     bool capturing = false;
-    step([&] {
+    step("checking for a stream capture", {}, [&] {
       try {
         refuse_in_capture();
       } catch (const std::logic_error&) {
@@ -617,23 +670,27 @@ class session {
         throw;
       }
     });
-    if (!capturing) step([&] { synchronize(); });
-    step([&] {
-      const pool_stats s = pool_.stats();
-      observe(s.used_high_bytes, s.reserved_high_bytes);
-      report_.used_at_exit_bytes = s.used_bytes;
-      account_untracked();
-      // Memory released at the synchronization by a low release threshold went back too.
-      report_.reserved_at_finish_bytes =
-          std::max(report_.reserved_at_finish_bytes, s.reserved_bytes);
-    });
+    if (!capturing) step("synchronizing", {}, [&] { synchronize(); });
+    step("reading the pool's statistics after the synchronization",
+         {"used_at_exit_bytes", "peak_used_bytes", "peak_reserved_bytes",
+          "reserved_at_finish_bytes", "returned_bytes", "untracked_bytes"},
+         [&] {
+           const pool_stats s = pool_.stats();
+           observe(s.used_high_bytes, s.reserved_high_bytes);
+           report_.used_at_exit_bytes = s.used_bytes;
+           account_untracked();
+           // Memory released at the synchronization by a low release threshold went back too.
+           report_.reserved_at_finish_bytes =
+               std::max(report_.reserved_at_finish_bytes, s.reserved_bytes);
+         });
     observe(ledger_->observed_used_peak(), ledger_->observed_reserved_peak());
     report_.leaked_allocations = ledger_->live_allocations();
     report_.leaked_bytes = ledger_->live_bytes();
     report_.tracked_peak_bytes = ledger_->peak_bytes();
-    if (report_.leaked_allocations != 0) step([&] { name_leaks(); });
+    if (report_.leaked_allocations != 0)
+      step("naming the leaked allocations", {}, [&] { name_leaks(); });
     if (saved_threshold_) {
-      step([&] {
+      step("restoring the release threshold", {}, [&] {
         pool_.set_release_threshold(*saved_threshold_);
         saved_threshold_.reset();
       });
@@ -641,7 +698,7 @@ class session {
     if (detail::ledger* const up = ledger_->parent()) {
       // The last of the nested sessions open together trims, back to the reserve when the first
       // of them began; the others leave the cache to those still running.
-      step([&] {
+      step("trimming the pool", {}, [&] {
         const bool last = up->close_child(ledger_, [&](std::size_t group_reserve) {
           if (!options_.trim || capturing) return;
           pool_.trim_to(options_.keep_bytes.value_or(group_reserve));
@@ -650,20 +707,26 @@ class session {
         report_.trim_deferred = options_.trim && !capturing && !last;
       });
     } else if (options_.trim && !capturing) {
-      step([&] {
+      step("trimming the pool", {}, [&] {
         pool_.trim_to(options_.keep_bytes.value_or(report_.reserved_at_entry_bytes));
         report_.trimmed = true;
       });
     }
-    step([&] {
-      report_.reserved_at_exit_bytes = pool_.stats().reserved_bytes;
-      report_.returned_bytes =
-          report_.reserved_at_finish_bytes > report_.reserved_at_exit_bytes
-              ? report_.reserved_at_finish_bytes - report_.reserved_at_exit_bytes
-              : 0;
-    });
-    step([&] { read_graph_memory(options_.trim_graph_memory && !capturing); });
-    step([&] { read_driver(report_.driver_free_at_exit_bytes); });
+    step("reading the pool's reserve after the trim", {"reserved_at_exit_bytes", "returned_bytes"},
+         [&] {
+           report_.reserved_at_exit_bytes = pool_.stats().reserved_bytes;
+           report_.returned_bytes =
+               report_.reserved_at_finish_bytes > report_.reserved_at_exit_bytes
+                   ? report_.reserved_at_finish_bytes - report_.reserved_at_exit_bytes
+                   : 0;
+         });
+    step("reading the device's graph memory",
+         {"graph_used_bytes", "graph_reserved_bytes", "graph_returned_bytes"},
+         [&] { read_graph_memory(options_.trim_graph_memory && !capturing); });
+    step("reading the device's free memory", {"driver_free_at_exit_bytes"},
+         [&] { read_driver(report_.driver_free_at_exit_bytes); });
+    for (const std::string& figure : report_.unknown)
+      clear_figure(figure);
     report_.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     if (detail::ledger* const up = ledger_->parent()) {
@@ -725,6 +788,24 @@ class session {
     std::stable_sort(
         report_.leaks.begin(), report_.leaks.end(),
         [](const leaked_allocation& a, const leaked_allocation& b) { return a.bytes > b.bytes; });
+  }
+
+  // An unknown figure reads 0 rather than a partial value (the peak of the readings that worked).
+  void clear_figure(const std::string& f) noexcept {
+    session_report& r = report_;
+    std::size_t* value = f == "reserved_at_finish_bytes"    ? &r.reserved_at_finish_bytes
+                         : f == "reserved_at_exit_bytes"    ? &r.reserved_at_exit_bytes
+                         : f == "used_at_exit_bytes"        ? &r.used_at_exit_bytes
+                         : f == "peak_used_bytes"           ? &r.peak_used_bytes
+                         : f == "peak_reserved_bytes"       ? &r.peak_reserved_bytes
+                         : f == "returned_bytes"            ? &r.returned_bytes
+                         : f == "driver_free_at_exit_bytes" ? &r.driver_free_at_exit_bytes
+                         : f == "untracked_bytes"           ? &r.untracked_bytes
+                         : f == "graph_used_bytes"          ? &r.graph_used_bytes
+                         : f == "graph_reserved_bytes"      ? &r.graph_reserved_bytes
+                         : f == "graph_returned_bytes"      ? &r.graph_returned_bytes
+                                                            : nullptr;
+    if (value != nullptr) *value = 0;
   }
 
   void on_leak(bool may_throw) {

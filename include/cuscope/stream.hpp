@@ -85,7 +85,7 @@ class stream_ref {
       detail::clear_not_ready();
       return false;
     }
-    CUSCOPE_DETAIL_TRY_FOR(status, describe());
+    CUSCOPE_DETAIL_CHECK_FOR(status, "cudaStreamQuery(stream_)", describe());
     return true;
   }
 
@@ -154,17 +154,28 @@ class stream {
     scoped_device on(device_);
     CUSCOPE_DETAIL_TRY_FOR(cudaStreamCreateWithPriority(&stream_, flags_, options.priority),
                            "new stream on device " + std::to_string(device_));
-    (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaStreamGetPriority(stream_, &priority_));
+    // CUDA clamps the priority asked for: priority() says what it gave, or the stream is not made.
+    try {
+      CUSCOPE_DETAIL_TRY_FOR(cudaStreamGetPriority(stream_, &priority_), describe_new());
+    } catch (...) {
+      destroy();
+      throw;
+    }
   }
 
   /// @brief Takes ownership of handle, a stream created on device with the given flags.
+  /// @throws std::invalid_argument for a default stream; cuda_error when its priority cannot be
+  /// read (the caller then still owns handle).
   [[nodiscard]] static stream adopt(cudaStream_t handle, int device,
                                     unsigned flags = cudaStreamNonBlocking) {
     if (handle == nullptr || handle == detail::legacy_stream_handle() ||
         handle == detail::per_thread_stream_handle())
       throw std::invalid_argument("cuscope::stream::adopt: a default stream cannot be owned");
+    int priority = 0;
+    CUSCOPE_DETAIL_TRY_FOR(cudaStreamGetPriority(handle, &priority),
+                           "cuscope::stream::adopt of " + stream_ref(handle).describe());
     stream s(handle, device, flags);
-    (void)CUSCOPE_CUDA_TRY_NOTHROW(cudaStreamGetPriority(handle, &s.priority_));
+    s.priority_ = priority;
     return s;
   }
 
@@ -233,6 +244,10 @@ class stream {
  private:
   stream(cudaStream_t handle, int device, unsigned flags) noexcept
       : stream_(handle), device_(device), flags_(flags) {}
+
+  std::string describe_new() const {
+    return "new " + stream_ref(stream_).describe() + " on device " + std::to_string(device_);
+  }
 
   void destroy() noexcept {
     // cudaStreamDestroy does not depend on the current device.

@@ -57,8 +57,11 @@ class thrust_temporary_allocator {
 
   void deallocate(char* ptr, std::size_t bytes) noexcept {
     if (ptr == nullptr) return;
-    free_async_nothrow(ptr, stream_, pool_.device());
-    if (ledger_.get() != nullptr) ledger_.get()->discharge(ptr, bytes);
+    if (free_async_nothrow(ptr, stream_, pool_.device(), bytes)) {
+      if (ledger_.get() != nullptr) ledger_.get()->discharge(ptr, bytes);
+    } else if (ledger_.get() != nullptr) {
+      ledger_.get()->abandon();  // still allocated: the session goes on counting it
+    }
   }
 
   memory_pool_ref pool() const noexcept { return pool_; }
@@ -200,8 +203,12 @@ class thrust_allocator {
   /// that stream; does not synchronize. Never throws.
   void deallocate(pointer p, size_type n) noexcept {
     if (p.get() == nullptr) return;
-    detail::free_async_nothrow(static_cast<void*>(p.get()), stream_, pool_.device());
-    if (ledger_.get() != nullptr) ledger_.get()->discharge(p.get(), n * sizeof(T));
+    if (detail::free_async_nothrow(static_cast<void*>(p.get()), stream_, pool_.device(),
+                                   n * sizeof(T))) {
+      if (ledger_.get() != nullptr) ledger_.get()->discharge(p.get(), n * sizeof(T));
+    } else if (ledger_.get() != nullptr) {
+      ledger_.get()->abandon();  // still allocated: the session goes on counting it
+    }
   }
 
   /// @brief The largest number of elements whose bytes a size_t can count.

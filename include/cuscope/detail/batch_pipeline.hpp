@@ -47,16 +47,17 @@ struct batch_view {
   std::size_t out_size = 0;
 };
 
-/// Whether count elements at p can be copied without staging: page-locked host memory, device
-/// or managed memory.
-inline bool is_dma_ready(const void* p, std::size_t bytes) noexcept {
+/// Whether bytes at p can be copied without staging: page-locked host memory, device or managed
+/// memory. Since CUDA 11.0 cudaPointerGetAttributes answers cudaMemoryTypeUnregistered for
+/// pageable memory, so a failure is an error, never an answer: taken for "pageable", it would
+/// have the host memcpy from device memory.
+/// @throws cuda_error naming cudaPointerGetAttributes.
+inline bool is_dma_ready(const void* p, std::size_t bytes) {
   if (p == nullptr || bytes == 0) return false;
   const auto ready = [](const void* q) {
     cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, q) != cudaSuccess) {
-      (void)cudaGetLastError();  // older runtimes fail for pageable memory
-      return false;
-    }
+    CUSCOPE_DETAIL_TRY_FOR(cudaPointerGetAttributes(&a, q),
+                           "cuscope::batches: the source at " + format_pointer(q));
     return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeDevice ||
            a.type == cudaMemoryTypeManaged;
   };
@@ -364,6 +365,7 @@ class batch_pipeline {
     }
     view_ = Batch(b);
     current_ = k;
+    unreturned_ = k;
   }
 
   // The user is done with batch k: record that on the user's stream and, with an output, copy
@@ -372,7 +374,9 @@ class batch_pipeline {
     slot& s = slot_of(k);
     s.consumed.record(stream_ref(stream_));
     s.was_consumed = true;
-    if constexpr (has_output) {
+    if constexpr (!has_output) {
+      unreturned_ = none;
+    } else {
       if (s.pending_result != none) drain(s);
       results_->wait(s.consumed);
       const std::size_t n = plan_.out_count(plan_.samples_in(k));
@@ -384,6 +388,7 @@ class batch_pipeline {
       s.unloaded->record(*results_);
       s.was_unloaded = true;
       s.pending_result = k;
+      unreturned_ = none;
     }
   }
 
@@ -404,18 +409,76 @@ class batch_pipeline {
     }
   }
 
+  // After the end of the range failed in the destructor (a break out of the loop): delivers the
+  // results of every batch handed out by synchronous copies, which need nothing the failed step
+  // left half done. True when all were delivered.
+  bool deliver_sync() noexcept {
+    if constexpr (!has_output) {
+      return true;
+    } else {
+      const char* object = "cuscope::batch_range";
+      // The user's work, and the copies of results already enqueued, must have run.
+      {
+        const stream_device_guard_nothrow on(stream_, pool_.device());
+        if (!CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(stream_), object, this)) return false;
+      }
+      if (!CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(results_->get()), object, this))
+        return false;
+      for (slot& s : slots_) {
+        if (s.pending_result == none) continue;
+        const std::size_t k = s.pending_result;
+        const std::size_t n = plan_.out_count(plan_.samples_in(k));
+        if (n != 0)
+          std::memcpy(out_data_ + plan_.out_offset(k), s.out_staging.data(), n * sizeof(out_t));
+        s.pending_result = none;
+      }
+      if (unreturned_ != none) {
+        // Its results are still in its device buffer: the work after it has not been enqueued.
+        const std::size_t k = unreturned_;
+        const std::size_t n = plan_.out_count(plan_.samples_in(k));
+        const device_switch_nothrow on(pool_.device());
+        if (n != 0 && !CUSCOPE_DETAIL_CLEANUP_BYTES(
+                          cudaMemcpy(out_data_ + plan_.out_offset(k), slot_of(k).out.data(),
+                                     n * sizeof(out_t), cudaMemcpyDefault),
+                          object, this, n * sizeof(out_t)))
+          return false;
+        unreturned_ = none;
+      }
+      return true;
+    }
+  }
+
+  // A buffer that enqueued work may still read or write, left allocated rather than freed under
+  // it, and reported with its bytes.
+  void abandon(std::size_t bytes, const void* p) noexcept {
+    if (p != nullptr)
+      report_cleanup("batch_range: a buffer that enqueued work may still use is not freed",
+                     "cuscope::batch_range", p, cudaSuccess,
+                     "the streams that use it could not be waited for", __FILE__, __LINE__, bytes);
+  }
+
   void release() noexcept {
     if (!copy_) return;
     if (started_ && !finished_ && !failed_ && std::uncaught_exceptions() <= exceptions_at_entry_) {
       try {
         finish();
       } catch (...) {
-        CUSCOPE_DETAIL_CLEANUP_CAUGHT("batch_range::finish", "cuscope::batch_range", this);
+        if (deliver_sync())
+          CUSCOPE_DETAIL_CLEANUP_CAUGHT(
+              "batch_range::finish (every result delivered by synchronous copies instead)",
+              "cuscope::batch_range", this);
+        else
+          CUSCOPE_DETAIL_CLEANUP_CAUGHT(
+              "batch_range::finish (results of batches handed out are missing from the output)",
+              "cuscope::batch_range", this);
       }
     }
+    const char* object = "cuscope::batch_range";
+    // The device buffers are freed only once nothing may read them any more: what was enqueued so
+    // far on the user's stream and on the results stream. Each is waited for in stream order, or
+    // else on the host; when neither can be had, the buffers are not freed but reported.
+    bool safe = true;
     if (started_) {
-      // Everything enqueued so far on the user's stream may read the buffers: the frees wait
-      // for it. Without the event, wait for the stream itself.
       bool ordered = false;
       try {
         final_->record(stream_ref(stream_));
@@ -423,22 +486,44 @@ class batch_pipeline {
         ordered = true;
       } catch (...) {
         CUSCOPE_DETAIL_CLEANUP_CAUGHT("batch_range: ordering the release after the user's stream",
-                                      "cuscope::batch_range", this);
+                                      object, this);
       }
-      if (!ordered)
-        (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(stream_), "cuscope::batch_range", this);
+      if (!ordered) {
+        const stream_device_guard_nothrow on(stream_, pool_.device());
+        safe = CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(stream_), object, this);
+      }
     }
-    // The results stream reads the device buffers: it must be done before they are freed.
-    if (results_)
-      (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(results_->get()), "cuscope::batch_range",
-                                   this);
+    if (results_ && !CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(results_->get()), object, this)) {
+      try {
+        copy_->wait(results_->ref());
+      } catch (...) {
+        CUSCOPE_DETAIL_CLEANUP_CAUGHT("batch_range: ordering the release after the results stream",
+                                      object, this);
+        safe = false;
+      }
+    }
     for (slot& s : slots_) {
-      s.in = device_buffer<T>();  // freed in order on the copy stream
-      s.out = device_buffer<out_t>();
+      if (safe) {
+        s.in = device_buffer<T>();  // freed in order on the copy stream
+        s.out = device_buffer<out_t>();
+      } else {
+        abandon(s.in.size_bytes(), s.in.release());
+        abandon(s.out.size_bytes(), s.out.release());
+      }
     }
     // The copies read the staging buffers, and the frees must have completed for a session
-    // around the loop to see the memory back in the pool.
-    (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(copy_->get()), "cuscope::batch_range", this);
+    // around the loop to see the memory back in the pool. cudaFreeHost is not promised to wait
+    // for the copies: without a synchronization (of the copy stream, else of the device) the
+    // staging buffers are not freed but reported.
+    if (!CUSCOPE_DETAIL_CLEANUP(cudaStreamSynchronize(copy_->get()), object, this)) {
+      const device_switch_nothrow on(pool_.device());
+      if (!on.ok() || !CUSCOPE_DETAIL_CLEANUP(cudaDeviceSynchronize(), object, this)) {
+        for (slot& s : slots_) {
+          abandon(s.staging.size_bytes(), s.staging.release());
+          abandon(s.out_staging.size_bytes(), s.out_staging.release());
+        }
+      }
+    }
     slots_.clear();
     final_.reset();
     results_.reset();
@@ -462,6 +547,7 @@ class batch_pipeline {
   ledger* accounting_ = nullptr;  // counts the buffers for a session, under its ledger
   Batch view_;
   std::size_t current_ = 0;
+  std::size_t unreturned_ = none;  // handed to the loop body and not handed back
   bool started_ = false;
   bool done_ = false;
   bool finished_ = false;

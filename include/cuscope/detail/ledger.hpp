@@ -304,6 +304,10 @@ class ledger {
     return observed_reserved_.load(std::memory_order_relaxed);
   }
 
+  /// Drops the buffer's reference but leaves its bytes counted: its free failed, the memory is
+  /// still allocated, and the session reports it as a leak.
+  void abandon() noexcept { release(); }
+
   std::size_t live_bytes() const noexcept { return bytes_.load(std::memory_order_relaxed); }
   std::size_t live_allocations() const noexcept { return count_.load(std::memory_order_relaxed); }
   std::size_t peak_bytes() const noexcept { return peak_.load(std::memory_order_relaxed); }
