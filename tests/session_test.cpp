@@ -817,14 +817,15 @@ TEST_CASE(
   constexpr int requests = 200;
   constexpr std::size_t injected = 3;
 #if CUSCOPE_TEST_SIMULATED
-  for (const std::size_t nth : {100, 900, 2500})
+  for (const std::size_t nth : {std::size_t{100}, std::size_t{900}, std::size_t{2500}})
     cuscope::sim::fail_api("cudaMallocFromPoolAsync", nth, cudaErrorUnknown);
 #endif
   std::vector<request_log> logs(threads);
   {
     std::vector<std::thread> pool_threads;
     for (int t = 0; t < threads; ++t)
-      pool_threads.emplace_back(serve, std::ref(service), t, requests, std::ref(logs[t]));
+      pool_threads.emplace_back(serve, std::ref(service), t, requests,
+                                std::ref(logs[static_cast<std::size_t>(t)]));
     for (std::thread& t : pool_threads)
       t.join();
   }
