@@ -27,12 +27,6 @@ static_assert(!std::is_copy_constructible_v<pinned_memory_pool>);
 static_assert(std::is_nothrow_move_constructible_v<pinned_memory_pool>);
 static_assert(std::is_nothrow_move_assignable_v<pinned_memory_pool>);
 
-namespace {
-
-constexpr std::size_t MiB = std::size_t{1} << 20;
-
-}  // namespace
-
 TEST_CASE(
     "pinned_memory_pool: pinned_buffers from it are host memory with the pool's statistics, and "
     "trim gives it back",
