@@ -9,6 +9,7 @@
 #include <cuscope/stream.hpp>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "test_support.hpp"
@@ -292,7 +293,7 @@ TEST_CASE("recorder: a session records into the recorder its options name", "[re
   {
     cuscope::session request(pool, s, o);
     const auto b = request.make_buffer<float>(256);
-    CHECK(b.pool().attached_recorder() == &r);
+    CHECK(b.pool().attached_recorder() == nullptr);  // the session's, not the pool's
   }
   // The pool itself is not attached: only the session's allocations are recorded.
   CHECK(pool.attached_recorder() == nullptr);
@@ -367,4 +368,86 @@ TEST_CASE("recorder: memory of the cuda::mr adaptor is recorded when allocated a
   CHECK(ev[3].kind == memory_event_kind::free);
   CHECK(ev[3].ptr == b);
   CHECK(ev[3].bytes == 8192);
+}
+
+TEST_CASE("recorder: detaching stops the recording through every reference and buffer",
+          "[recorder]") {
+  device_guard device;
+  recorder r(small(64));
+  memory_pool pool;
+  pool.set_recorder(&r);
+  const cuscope::memory_pool_ref ref = pool;
+  cuscope::stream s;
+  cuscope::device_buffer<char> b(s, 4096, ref);
+  CHECK(ref.attached_recorder() == &r);
+  pool.set_recorder(nullptr);
+  CHECK(ref.attached_recorder() == nullptr);
+  void* p = ref.allocate(s, 512);
+  ref.deallocate(s, p, 512);
+  b = {};  // allocated while recorded, freed after: the free is not recorded
+  s.synchronize();
+  std::size_t allocations = 0;
+  std::size_t frees = 0;
+  for (const memory_event& e : r.events()) {
+    if (e.kind == memory_event_kind::allocate) ++allocations;
+    if (e.kind == memory_event_kind::free) ++frees;
+  }
+  CHECK(allocations == 1);
+  CHECK(frees == 0);
+}
+
+TEST_CASE("recorder: a recorder destroyed before its pool detaches itself", "[recorder]") {
+  device_guard device;
+  memory_pool pool;
+  memory_pool other;
+  cuscope::stream s;
+  {
+    recorder r(small(64));
+    pool.set_recorder(&r, "first");
+    other.set_recorder(&r, "second");
+    CHECK(pool.attached_recorder() == &r);
+    CHECK(other.attached_recorder() == &r);
+  }
+  CHECK(pool.attached_recorder() == nullptr);
+  CHECK(other.attached_recorder() == nullptr);
+  const cuscope::device_buffer<int> b(s, 256, pool);
+  CHECK(b.size() == 256);
+  // A new pool that gets a destroyed pool's handle is not recorded either.
+  recorder kept(small(64));
+  cudaMemPool_t handle = nullptr;
+  {
+    memory_pool gone;
+    gone.set_recorder(&kept);
+    handle = gone.get();
+  }
+  CHECK(cuscope::memory_pool_ref(handle, 0).attached_recorder() == nullptr);
+  const memory_pool taken(std::move(pool));
+  CHECK_THROWS_AS(pool.set_recorder(&kept), std::logic_error);  // NOLINT: use after move
+  s.synchronize();
+}
+
+TEST_CASE("recorder: a session records what its allocate hands out and its deallocate frees",
+          "[recorder]") {
+  device_guard device;
+  recorder r(small(64));
+  memory_pool pool;
+  cuscope::stream s;
+  cuscope::session_options o;
+  o.record_into = &r;
+  {
+    cuscope::session scope(pool, s, o);
+    void* p = scope.allocate(s, 1024);
+    scope.deallocate(s, p, 1024);
+  }
+  std::size_t allocations = 0;
+  std::size_t frees = 0;
+  for (const memory_event& e : r.events()) {
+    if (e.kind == memory_event_kind::allocate) {
+      ++allocations;
+      CHECK(e.scope == 1);
+    }
+    if (e.kind == memory_event_kind::free) ++frees;
+  }
+  CHECK(allocations == 1);
+  CHECK(frees == 1);
 }

@@ -49,7 +49,7 @@ inline void* accounted_allocate(const memory_pool_ref& pool, stream_ref stream, 
   accounting->charge(bytes, stream.get());
   void* p = nullptr;
   try {
-    p = pool.allocate(stream, bytes, policy);
+    p = pool.allocate(stream, bytes, policy, accounting->recording());
     (void)accounting->record(p, bytes, stream.get(), tag != nullptr ? tag : who, file, line);
   } catch (...) {
     if (p != nullptr) free_async_nothrow(p, stream.get(), pool.device());
@@ -57,6 +57,22 @@ inline void* accounted_allocate(const memory_pool_ref& pool, stream_ref stream, 
     throw;
   }
   return p;
+}
+
+/// Frees ptr, bytes from pool on device, in stream order on stream and records the free into the
+/// recorder of accounting's session, else the pool's; never throws. Does not discharge. Returns
+/// false where the free failed (reported through the cleanup channel): the memory is still
+/// allocated, nothing is recorded, and accounting's session goes on counting it.
+inline bool free_recorded_nothrow(void* ptr, std::size_t bytes, cudaStream_t stream,
+                                  cudaMemPool_t pool, int device, ledger* accounting) noexcept {
+  if (ptr == nullptr) return true;
+  if (!free_async_nothrow(ptr, stream, device, bytes)) {
+    if (accounting != nullptr) accounting->abandon();
+    return false;
+  }
+  const record_target target = accounting != nullptr ? accounting->recording() : record_target{};
+  if (may_record(target)) notify_free(target, device, pool, stream, ptr, bytes);
+  return true;
 }
 
 }  // namespace detail
@@ -79,8 +95,7 @@ class device_allocation {
   /// @throws out_of_memory when the pool cannot provide it.
   device_allocation(stream_ref stream, std::size_t bytes, memory_pool_ref pool,
                     alloc_policy policy = alloc_policy::fail_fast)
-      : stream_(stream.get()) {
-    set_pool(pool);
+      : stream_(stream.get()), pool_(pool.get()), device_(pool.device()) {
     if (bytes == 0) return;
     data_ = pool.allocate(stream, bytes, policy);
     bytes_ = bytes;
@@ -100,8 +115,7 @@ class device_allocation {
   device_allocation(stream_ref stream, std::size_t bytes, memory_pool_ref pool,
                     detail::ledger* accounting, const char* tag, call_site site,
                     alloc_policy policy = alloc_policy::fail_fast)
-      : stream_(stream.get()) {
-    set_pool(pool);
+      : stream_(stream.get()), pool_(pool.get()), device_(pool.device()) {
     if (bytes == 0) return;
     if (accounting == nullptr) {
       data_ = pool.allocate(stream, bytes, policy);
@@ -110,7 +124,7 @@ class device_allocation {
     }
     accounting->charge(bytes, stream_);
     try {
-      data_ = pool.allocate(stream, bytes, policy);
+      data_ = pool.allocate(stream, bytes, policy, accounting->recording());
     } catch (...) {
       accounting->discharge(bytes);
       throw;
@@ -133,7 +147,8 @@ class device_allocation {
     a.data_ = ptr;
     a.bytes_ = ptr == nullptr ? 0 : bytes;
     a.stream_ = stream.get();
-    a.set_pool(pool);
+    a.pool_ = pool.get();
+    a.device_ = pool.device();
     return a;
   }
 
@@ -148,8 +163,6 @@ class device_allocation {
         pool_(std::exchange(other.pool_, nullptr)),
         device_(other.device_),
         ledger_(std::exchange(other.ledger_, nullptr)),
-        recorder_(other.recorder_),
-        scope_(other.scope_),
         slot_(other.slot_) {}
 
   /// @brief Frees this allocation's memory and takes other's; other is left empty.
@@ -162,8 +175,6 @@ class device_allocation {
       pool_ = std::exchange(other.pool_, nullptr);
       device_ = other.device_;
       ledger_ = std::exchange(other.ledger_, nullptr);
-      recorder_ = other.recorder_;
-      scope_ = other.scope_;
       slot_ = other.slot_;
     }
     return *this;
@@ -199,7 +210,7 @@ class device_allocation {
     if (pool_ == nullptr)
       throw std::logic_error(
           "cuscope::device_allocation: the allocation has no pool (empty or moved-from)");
-    return memory_pool_ref(pool_, device_).with_recorder(recorder_, scope_);
+    return memory_pool_ref(pool_, device_);
   }
 
   /// @brief A new allocation of bytes from the same pool on stream, counted by the same session.
@@ -220,20 +231,19 @@ class device_allocation {
   }
 
  private:
-  void set_pool(const memory_pool_ref& pool) noexcept {
-    pool_ = pool.get();
-    device_ = pool.device();
-    recorder_ = pool.attached_recorder();
-    scope_ = pool.recorded_scope();
-  }
-
-  void free() noexcept {
+  CUSCOPE_DETAIL_HOT_INLINE void free() noexcept {
     if (data_ != nullptr) {
       // cudaFreeAsync is ordered by the stream, whatever device is current; only a default stream
       // handle needs the pool's device to name the stream the memory was used on.
       if (detail::free_async_nothrow(data_, stream_, device_, bytes_)) {
-        if (recorder_ != nullptr) recorder_->record_free(device_, pool_, stream_, data_, bytes_);
-        if (ledger_ != nullptr) ledger_->discharge(bytes_, slot_);
+        if (ledger_ != nullptr) {
+          const detail::record_target target = ledger_->recording();
+          if (detail::may_record(target))
+            detail::notify_free(target, device_, pool_, stream_, data_, bytes_);
+          ledger_->discharge(bytes_, slot_);
+        } else if (detail::any_pool_recorded()) {
+          detail::notify_free({}, device_, pool_, stream_, data_, bytes_);
+        }
       } else if (ledger_ != nullptr) {
         // Still allocated: the session goes on counting it, and names it as a leak.
         ledger_->abandon();
@@ -250,8 +260,6 @@ class device_allocation {
   cudaMemPool_t pool_ = nullptr;
   int device_ = 0;
   detail::ledger* ledger_ = nullptr;
-  recorder* recorder_ = nullptr;
-  std::uint32_t scope_ = 0;
   std::uint32_t slot_ = detail::ledger::no_slot;  // in ledger_'s records
 };
 

@@ -11,17 +11,20 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "detail/config.hpp"
 #include "detail/format.hpp"
+#include "detail/recorder_hook.hpp"
 #include "device.hpp"
 #include "error.hpp"
-#include "recorder.hpp"
 #include "stream.hpp"
 
 namespace cuscope {
+
+class recorder;
 
 /// @brief Reserved and used bytes of a pool, now and at their peak since the last reset.
 struct pool_stats {
@@ -160,10 +163,12 @@ class pool_base {
  public:
   /// @brief The device the pool allocates on.
   [[nodiscard]] int device() const noexcept { return self().device_; }
-  /// @brief The recorder its operations are recorded into; nullptr (the default) for none.
-  [[nodiscard]] recorder* attached_recorder() const noexcept { return self().recorder_; }
-  /// @brief The session id its allocations are recorded under (0: none).
-  [[nodiscard]] std::uint32_t recorded_scope() const noexcept { return self().scope_; }
+  /// @brief The recorder attached to the pool (memory_pool::set_recorder); nullptr (the default)
+  /// for none. Every reference to the pool and every allocation from it records there.
+  template <class Recorder = recorder>
+  [[nodiscard]] Recorder* attached_recorder() const noexcept {
+    return static_cast<Recorder*>(detail::hook_for(self().handle_));
+  }
 
   /// @brief Current and peak reserved and used bytes.
   [[nodiscard]] pool_stats stats() const {
@@ -190,7 +195,8 @@ class pool_base {
   /// everything.
   void set_release_threshold(std::size_t bytes) const {
     set_u64(cudaMemPoolAttrReleaseThreshold, bytes);
-    if (recorder* r = self().recorder_) r->record_threshold(self().device_, self().handle_, bytes);
+    if (detail::recorder_hook* h = detail::hook_for(self().handle_))
+      h->on_threshold(self().device_, self().handle_, bytes);
   }
 
   /// @brief The cross-stream reuse policy.
@@ -246,7 +252,8 @@ class pool_base {
   /// it first (a session does both).
   void trim_to(std::size_t bytes) const {
     CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolTrimTo(checked_handle(), bytes), describe());
-    if (recorder* r = self().recorder_) r->record_trim(self().device_, self().handle_, bytes);
+    if (detail::recorder_hook* h = detail::hook_for(self().handle_))
+      h->on_trim(self().device_, self().handle_, bytes);
   }
 
   /// @brief Allocates bytes from the pool, usable in stream order after this call. Enqueued on
@@ -256,16 +263,24 @@ class pool_base {
   /// @throws out_of_memory when the device or the pool's limit cannot hold the request.
   [[nodiscard]] void* allocate(stream_ref stream, std::size_t bytes,
                                alloc_policy policy = alloc_policy::fail_fast) const {
+    return allocate(stream, bytes, policy, detail::record_target{});
+  }
+
+  /// @brief (Internal) As allocate(stream, bytes, policy), recorded into target: how a session
+  /// records what it hands out under its id.
+  [[nodiscard]] CUSCOPE_DETAIL_HOT_INLINE void* allocate(stream_ref stream, std::size_t bytes,
+                                                         alloc_policy policy,
+                                                         detail::record_target target) const {
     if (bytes == 0) return nullptr;
     const stream_device_guard on(stream.get(), self().device_);
     void* p = nullptr;
     const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
     if (status == cudaSuccess) {
-      if (recorder* r = self().recorder_)
-        r->record_allocate(self().device_, self().handle_, stream.get(), p, bytes, self().scope_);
+      if (detail::may_record(target))
+        detail::notify_allocate(target, self().device_, self().handle_, stream.get(), p, bytes);
       return p;
     }
-    return allocate_failed(stream, bytes, status, policy);
+    return allocate_failed(stream, bytes, status, policy, target);
   }
 
   /// @brief Frees memory from allocate() in stream order: later work on stream may reuse it.
@@ -275,8 +290,8 @@ class pool_base {
     if (ptr == nullptr) return;
     const stream_device_guard on(stream.get(), self().device_);
     CUSCOPE_DETAIL_TRY_FOR(cudaFreeAsync(ptr, stream.get()), describe());
-    if (recorder* r = self().recorder_)
-      r->record_free(self().device_, self().handle_, stream.get(), ptr, bytes);
+    if (detail::any_pool_recorded())
+      detail::notify_free({}, self().device_, self().handle_, stream.get(), ptr, bytes);
   }
 
   /// @brief "pool 0x... on device 0" (or "the default pool of device 0"), for messages.
@@ -330,9 +345,10 @@ class pool_base {
 
   // The cold half of allocate(): the retry policy asks for, then the exception.
   CUSCOPE_DETAIL_COLD void* allocate_failed(stream_ref stream, std::size_t bytes,
-                                            cudaError_t status, alloc_policy policy) const {
+                                            cudaError_t status, alloc_policy policy,
+                                            detail::record_target target) const {
     (void)cudaGetLastError();
-    recorder* const rec = self().recorder_;
+    detail::recorder_hook* const rec = detail::hook_for(self().handle_, target);
     // A synchronization during a stream capture would invalidate it: no retry there.
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     const bool capturing = cudaStreamIsCapturing(stream.get(), &capture) != cudaSuccess ||
@@ -340,7 +356,7 @@ class pool_base {
     (void)cudaGetLastError();
     if (status == cudaErrorMemoryAllocation && policy == alloc_policy::retry_after_trim &&
         !capturing) {
-      if (rec != nullptr) rec->record_retry(self().device_, self().handle_, stream.get(), bytes);
+      if (rec != nullptr) rec->on_retry(self().device_, self().handle_, stream.get(), bytes);
       // Frees still in flight on any stream become reusable once they complete, and trimming
       // returns what is unused so that a large request can be backed by one fresh block.
       {
@@ -352,14 +368,13 @@ class pool_base {
       status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
       if (status == cudaSuccess) {
         if (rec != nullptr)
-          rec->record_allocate(self().device_, self().handle_, stream.get(), p, bytes,
-                               self().scope_);
+          rec->on_allocate(self().device_, self().handle_, stream.get(), p, bytes, target.scope);
         return p;
       }
       (void)cudaGetLastError();
     }
     if (rec != nullptr && status == cudaErrorMemoryAllocation)
-      rec->record_out_of_memory(self().device_, self().handle_, stream.get(), bytes, self().scope_);
+      rec->on_out_of_memory(self().device_, self().handle_, stream.get(), bytes, target.scope);
     if (status == cudaErrorMemoryAllocation)
       throw out_of_memory(bytes, oom_message(bytes) +
                                      " (cudaMallocFromPoolAsync failed with "
@@ -444,17 +459,7 @@ class memory_pool_ref : public detail::pool_base<memory_pool_ref> {
     return detail::enforced_max_bytes(handle_, 0);
   }
 
-  /// @brief A copy whose operations are recorded into r (nullptr: not recorded), its
-  /// allocations under the session id scope.
-  [[nodiscard]] memory_pool_ref with_recorder(recorder* r, std::uint32_t scope = 0) const noexcept {
-    memory_pool_ref copy = *this;
-    copy.recorder_ = r;
-    copy.scope_ = r != nullptr ? scope : 0;
-    return copy;
-  }
-
-  /// @brief True when both refer to the same pool on the same device. What is recorded into
-  /// (with_recorder) is not part of the identity.
+  /// @brief True when both refer to the same pool on the same device.
   friend bool operator==(const memory_pool_ref& a, const memory_pool_ref& b) noexcept {
     return a.handle_ == b.handle_ && a.device_ == b.device_;
   }
@@ -469,8 +474,6 @@ class memory_pool_ref : public detail::pool_base<memory_pool_ref> {
 
   cudaMemPool_t handle_;
   int device_;
-  recorder* recorder_ = nullptr;
-  std::uint32_t scope_ = 0;
 };
 
 /// @brief An owning memory pool: created with explicit settings, destroyed with the object.
@@ -527,7 +530,7 @@ class memory_pool : public detail::pool_base<memory_pool> {
       : handle_(std::exchange(other.handle_, nullptr)),
         device_(other.device_),
         max_bytes_(other.max_bytes_),
-        recorder_(std::exchange(other.recorder_, nullptr)) {}
+        recorded_(std::exchange(other.recorded_, false)) {}
 
   /// @brief Destroys this pool and takes other's; other is left empty.
   memory_pool& operator=(memory_pool&& other) noexcept {
@@ -536,7 +539,7 @@ class memory_pool : public detail::pool_base<memory_pool> {
       handle_ = std::exchange(other.handle_, nullptr);
       device_ = other.device_;
       max_bytes_ = other.max_bytes_;
-      recorder_ = std::exchange(other.recorder_, nullptr);
+      recorded_ = std::exchange(other.recorded_, false);
     }
     return *this;
   }
@@ -554,8 +557,10 @@ class memory_pool : public detail::pool_base<memory_pool> {
   [[nodiscard]] bool empty() const noexcept {
     return handle_ == nullptr;
   }
-  /// @brief Gives up ownership: the caller destroys the returned pool. Leaves this empty.
+  /// @brief Gives up ownership: the caller destroys the returned pool. Leaves this empty. The
+  /// pool is no longer recorded.
   [[nodiscard]] cudaMemPool_t release() noexcept {
+    stop_recording();
     return std::exchange(handle_, nullptr);
   }
 
@@ -571,18 +576,30 @@ class memory_pool : public detail::pool_base<memory_pool> {
   [[nodiscard]] memory_pool_ref ref() const& {
     if (handle_ == nullptr)
       throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
-    return memory_pool_ref(handle_, device_).with_recorder(recorder_);
+    return memory_pool_ref(handle_, device_);
   }
 
   /// @brief Records this pool's allocations, frees, trims, threshold changes and errors into r
-  /// from now on, shown as name when one is given; nullptr stops recording. Samples the pool. r
-  /// must outlive the pool, or be detached first; references made before keep their recorder.
-  void set_recorder(recorder* r, const std::string& name = {}) {
-    if (r != nullptr && handle_ != nullptr) {
-      if (!name.empty()) r->name_pool(handle_, name);
-      r->sample(device_, handle_);
+  /// from now on, through this object, every reference to the pool and every allocation from it,
+  /// shown as name when one is given. Samples the pool. A recorder that is destroyed first stops
+  /// recording by itself; no thread may be using the pool then.
+  /// @throws std::logic_error when the pool is empty; std::bad_alloc.
+  template <class Recorder, std::enable_if_t<std::is_same_v<Recorder, recorder>, int> = 0>
+  void set_recorder(Recorder* r, const std::string& name = {}) {
+    if (r == nullptr) {
+      set_recorder(nullptr);
+      return;
     }
-    recorder_ = r;
+    if (handle_ == nullptr)
+      throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
+    if (!name.empty()) r->name_pool(handle_, name);
+    detail::attach_hook(handle_, static_cast<detail::recorder_hook*>(r));
+    recorded_ = true;
+    r->sample(device_, handle_);
+  }
+  /// @brief Stops recording the pool.
+  void set_recorder(std::nullptr_t) noexcept {
+    stop_recording();
   }
   /// @brief Deleted: a reference to a temporary pool would outlive the pool.
   memory_pool_ref ref() && = delete;
@@ -669,7 +686,14 @@ class memory_pool : public detail::pool_base<memory_pool> {
     s.synchronize();
   }
 
+  void stop_recording() noexcept {
+    if (recorded_ && handle_ != nullptr) detail::detach_pool(handle_);
+    recorded_ = false;
+  }
+
   void destroy() noexcept {
+    // Before the handle can be reused by a new pool.
+    stop_recording();
     if (handle_ != nullptr)
       (void)CUSCOPE_DETAIL_CLEANUP(cudaMemPoolDestroy(handle_), "cuscope::memory_pool", handle_);
     handle_ = nullptr;
@@ -678,8 +702,7 @@ class memory_pool : public detail::pool_base<memory_pool> {
   cudaMemPool_t handle_ = nullptr;
   int device_ = 0;
   std::size_t max_bytes_ = 0;
-  recorder* recorder_ = nullptr;
-  static constexpr std::uint32_t scope_ = 0;
+  bool recorded_ = false;  // set_recorder attached a recorder
 };
 
 }  // namespace cuscope

@@ -174,13 +174,9 @@ class pool_resource {
 
   void free_nothrow(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept {
     if (ptr == nullptr) return;
-    if (!detail::free_async_nothrow(ptr, stream, pool_.device(), bytes)) {
-      // Still allocated, and reported: the session goes on counting it.
-      if (ledger_.get() != nullptr) ledger_.get()->abandon();
-      return;
-    }
-    if (recorder* r = pool_.attached_recorder())
-      r->record_free(pool_.device(), pool_.get(), stream, ptr, bytes);
+    if (!detail::free_recorded_nothrow(ptr, bytes, stream, pool_.get(), pool_.device(),
+                                       ledger_.get()))
+      return;  // still allocated, and reported: the session goes on counting it
     if (ledger_.get() != nullptr) ledger_.get()->discharge(ptr, bytes);
   }
 

@@ -107,8 +107,7 @@ class pinned_memory_pool : public detail::pool_base<pinned_memory_pool> {
   pinned_memory_pool(pinned_memory_pool&& other) noexcept
       : handle_(std::exchange(other.handle_, nullptr)),
         device_(other.device_),
-        max_bytes_(other.max_bytes_),
-        recorder_(std::exchange(other.recorder_, nullptr)) {}
+        max_bytes_(other.max_bytes_) {}
 
   /// @brief Destroys this pool and takes other's; other is left empty.
   pinned_memory_pool& operator=(pinned_memory_pool&& other) noexcept {
@@ -117,7 +116,6 @@ class pinned_memory_pool : public detail::pool_base<pinned_memory_pool> {
       handle_ = std::exchange(other.handle_, nullptr);
       device_ = other.device_;
       max_bytes_ = other.max_bytes_;
-      recorder_ = std::exchange(other.recorder_, nullptr);
     }
     return *this;
   }
@@ -151,7 +149,7 @@ class pinned_memory_pool : public detail::pool_base<pinned_memory_pool> {
     if (handle_ == nullptr)
       throw std::logic_error(
           "cuscope::pinned_memory_pool: use of an empty (moved-from or released) pool");
-    return memory_pool_ref(handle_, device_).with_recorder(recorder_);
+    return memory_pool_ref(handle_, device_);
   }
   /// @brief Deleted: a reference to a temporary pool would outlive the pool.
   memory_pool_ref ref() && = delete;
@@ -184,8 +182,6 @@ class pinned_memory_pool : public detail::pool_base<pinned_memory_pool> {
   cudaMemPool_t handle_ = nullptr;
   int device_ = 0;
   std::size_t max_bytes_ = 0;
-  recorder* recorder_ = nullptr;
-  static constexpr std::uint32_t scope_ = 0;
 };
 
 }  // namespace cuscope

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "detail/recorder_hook.hpp"
 #include "device.hpp"
 
 namespace cuscope {
@@ -104,9 +105,10 @@ struct recorder_options {
 /// The ring of events is allocated when the recorder is made; recording allocates nothing and
 /// takes no lock, from any number of threads. When it is full the oldest events are overwritten
 /// and counted by dropped(). Pools, streams and pointers are kept as values: a recorder may
-/// outlive everything it recorded. It must outlive the pools and sessions that record into it
-/// (detach a pool with set_recorder(nullptr)). Not copyable or movable.
-class recorder {
+/// outlive everything it recorded. A recorder destroyed before the pools attached to it detaches
+/// itself from them (no thread may be allocating from them then); it must outlive the sessions
+/// that record into it. Not copyable or movable.
+class recorder final : public detail::recorder_hook {
  public:
   /// @brief A recorder with options.
   /// @throws std::invalid_argument for a capacity of 0 or above 2^40.
@@ -129,7 +131,7 @@ class recorder {
   recorder& operator=(const recorder&) = delete;
   recorder(recorder&&) = delete;
   recorder& operator=(recorder&&) = delete;
-  ~recorder() = default;
+  ~recorder() override { detail::detach_hook(this); }
 
   /// @brief Events the ring holds.
   [[nodiscard]] std::size_t capacity() const noexcept { return mask_ + 1; }
@@ -191,16 +193,18 @@ class recorder {
   // own. None allocates or throws.
 
   /// @brief Records an allocation; samples the pool and device when sample_interval has passed.
-  void record_allocate(int device, cudaMemPool_t pool, cudaStream_t stream, const void* ptr,
-                       std::size_t bytes, std::uint32_t scope = 0) noexcept {
+  CUSCOPE_DETAIL_HOT_INLINE void record_allocate(int device, cudaMemPool_t pool,
+                                                 cudaStream_t stream, const void* ptr,
+                                                 std::size_t bytes,
+                                                 std::uint32_t scope = 0) noexcept {
     const std::uint64_t now = ticks();
     write(now, memory_event_kind::allocate, scope, device, pool, stream, ptr, bytes, 0, 0);
     maybe_sample(now, device, pool);
   }
 
   /// @brief Records a stream-ordered free, when it is enqueued.
-  void record_free(int device, cudaMemPool_t pool, cudaStream_t stream, const void* ptr,
-                   std::size_t bytes) noexcept {
+  CUSCOPE_DETAIL_HOT_INLINE void record_free(int device, cudaMemPool_t pool, cudaStream_t stream,
+                                             const void* ptr, std::size_t bytes) noexcept {
     const std::uint64_t now = ticks();
     write(now, memory_event_kind::free, 0, device, pool, stream, ptr, bytes, 0, 0);
     maybe_sample(now, device, pool);
@@ -302,6 +306,30 @@ class recorder {
   }
 
  private:
+  // What pools, allocations and sessions call, through detail::recorder_hook.
+  void on_allocate(int device, cudaMemPool_t pool, cudaStream_t stream, const void* ptr,
+                   std::size_t bytes, std::uint32_t scope) noexcept override {
+    record_allocate(device, pool, stream, ptr, bytes, scope);
+  }
+  void on_free(int device, cudaMemPool_t pool, cudaStream_t stream, const void* ptr,
+               std::size_t bytes) noexcept override {
+    record_free(device, pool, stream, ptr, bytes);
+  }
+  void on_trim(int device, cudaMemPool_t pool, std::size_t keep_bytes) noexcept override {
+    record_trim(device, pool, keep_bytes);
+  }
+  void on_threshold(int device, cudaMemPool_t pool, std::size_t bytes) noexcept override {
+    record_threshold(device, pool, bytes);
+  }
+  void on_retry(int device, cudaMemPool_t pool, cudaStream_t stream,
+                std::size_t bytes) noexcept override {
+    record_retry(device, pool, stream, bytes);
+  }
+  void on_out_of_memory(int device, cudaMemPool_t pool, cudaStream_t stream, std::size_t bytes,
+                        std::uint32_t scope) noexcept override {
+    record_out_of_memory(device, pool, stream, bytes, scope);
+  }
+
   // One event in eight words, each written and read atomically (relaxed), guarded by seq: 0 when
   // never written, 2i+1 while event i is written, 2i+2 once it is complete.
   struct slot {
@@ -342,16 +370,23 @@ class recorder {
   }
 
   void maybe_sample(std::uint64_t now, int device, cudaMemPool_t pool) noexcept {
-    std::uint64_t last = last_sample_.load(std::memory_order_relaxed);
-    if (now - last < interval_ticks_.load(std::memory_order_relaxed)) return;
+    const std::uint64_t last = last_sample_.load(std::memory_order_relaxed);
+    if (now - last >= interval_ticks_.load(std::memory_order_relaxed))
+      sample_at(now, last, device, pool);
+  }
+
+  // Out of line, so that recording an allocation or a free saves no registers for it.
+  CUSCOPE_DETAIL_NOINLINE void sample_at(std::uint64_t now, std::uint64_t last, int device,
+                                         cudaMemPool_t pool) noexcept {
     if (!last_sample_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
     calibrate();
     sample(device, pool);
   }
 
-  void write(std::uint64_t now, memory_event_kind kind, std::uint32_t scope, int device,
-             cudaMemPool_t pool, cudaStream_t stream, const void* ptr, std::size_t bytes,
-             std::size_t value, std::size_t device_free) noexcept {
+  CUSCOPE_DETAIL_HOT_INLINE void write(std::uint64_t now, memory_event_kind kind,
+                                       std::uint32_t scope, int device, cudaMemPool_t pool,
+                                       cudaStream_t stream, const void* ptr, std::size_t bytes,
+                                       std::size_t value, std::size_t device_free) noexcept {
     const std::uint64_t i = head_.fetch_add(1, std::memory_order_acq_rel);
     slot& s = slots_[i & mask_];
     // Claims the slot: a writer of an older event that a full ring overtook gives up; one of a

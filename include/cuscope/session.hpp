@@ -458,6 +458,8 @@ class session {
   void deallocate(stream_ref stream, void* ptr, std::size_t bytes) {
     if (ptr == nullptr) return;
     pool_.deallocate(stream, ptr, bytes);
+    if (recorder_ != nullptr && !records_pool())
+      recorder_->record_free(pool_.device(), pool_.get(), stream.get(), ptr, bytes);
     ledger_->discharge(ptr, bytes);
   }
 
@@ -555,12 +557,13 @@ class session {
     }
     start_ = std::chrono::steady_clock::now();
     recorder* r = options_.record_into;
-    if (r == nullptr)
-      r = parent != nullptr ? parent->pool_.attached_recorder() : pool_.attached_recorder();
+    if (r == nullptr) r = parent != nullptr ? parent->recorder_ : pool_.attached_recorder();
     if (r != nullptr) {
       scope_ = r->begin_session(options_.name, parent != nullptr ? parent->scope_ : 0,
                                 pool_.device(), pool_.get());
-      pool_ = pool_.with_recorder(r, scope_);
+      recorder_ = r;
+      // Its buffers find the recorder and the id through the ledger they are counted by.
+      ledger_->record_into(detail::record_target{r, scope_});
     }
     nvtx_ = nvtx_range(options_.name.empty() ? "cuscope session" : options_.name.c_str());
   }
@@ -603,6 +606,18 @@ class session {
         before > report_.graph_reserved_bytes ? before - report_.graph_reserved_bytes : 0;
   }
 
+  // Whether the session's recorder is the pool's, which records the pool's operations itself.
+  bool records_pool() const noexcept { return pool_.attached_recorder() == recorder_; }
+
+  // Trims the pool down to keep bytes, recorded into this session's recorder where the pool
+  // does not record into it already.
+  void trim_recorded(std::size_t keep) {
+    pool_.trim_to(keep);
+    if (recorder_ != nullptr && !records_pool())
+      recorder_->record_trim(pool_.device(), pool_.get(), keep);
+    report_.trimmed = true;
+  }
+
   void restore_threshold_nothrow() noexcept {
     std::uint64_t value = *saved_threshold_;
     if (CUSCOPE_DETAIL_CLEANUP(
@@ -616,7 +631,7 @@ class session {
       report_.synchronized_device = true;
       scoped_device on(pool_.device());
       CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), "session '" + options_.name + "'");
-      if (recorder* r = pool_.attached_recorder()) {
+      if (recorder* r = recorder_) {
         r->record_synchronize(pool_.device(), nullptr, true);
         r->sample(pool_.device(), pool_.get());  // the reserve the trim will give back
       }
@@ -631,7 +646,7 @@ class session {
       const detail::stream_device_guard on(s.get(), pool_.device());
       s.synchronize();
     }
-    if (recorder* r = pool_.attached_recorder()) {
+    if (recorder* r = recorder_) {
       r->record_synchronize(pool_.device(), stream_.get());
       for (const stream_ref s : options_.streams)
         r->record_synchronize(pool_.device(), s.get());
@@ -692,6 +707,8 @@ class session {
     if (saved_threshold_) {
       step("restoring the release threshold", {}, [&] {
         pool_.set_release_threshold(*saved_threshold_);
+        if (recorder_ != nullptr && !records_pool())
+          recorder_->record_threshold(pool_.device(), pool_.get(), *saved_threshold_);
         saved_threshold_.reset();
       });
     }
@@ -701,16 +718,13 @@ class session {
       step("trimming the pool", {}, [&] {
         const bool last = up->close_child(ledger_, [&](std::size_t group_reserve) {
           if (!options_.trim || capturing) return;
-          pool_.trim_to(options_.keep_bytes.value_or(group_reserve));
-          report_.trimmed = true;
+          trim_recorded(options_.keep_bytes.value_or(group_reserve));
         });
         report_.trim_deferred = options_.trim && !capturing && !last;
       });
     } else if (options_.trim && !capturing) {
-      step("trimming the pool", {}, [&] {
-        pool_.trim_to(options_.keep_bytes.value_or(report_.reserved_at_entry_bytes));
-        report_.trimmed = true;
-      });
+      step("trimming the pool", {},
+           [&] { trim_recorded(options_.keep_bytes.value_or(report_.reserved_at_entry_bytes)); });
     }
     step("reading the pool's reserve after the trim", {"reserved_at_exit_bytes", "returned_bytes"},
          [&] {
@@ -734,8 +748,8 @@ class session {
       if (report_.leaked_allocations != 0) ledger_->passed_on();
       up->close_child(ledger_);  // done above unless that step failed
     }
-    if (recorder* r = pool_.attached_recorder())
-      r->end_session(scope_, report_.leaked_allocations, report_.leaked_bytes);
+    if (recorder_ != nullptr)
+      recorder_->end_session(scope_, report_.leaked_allocations, report_.leaked_bytes);
     nvtx_.end();
     if (error) {
       if (may_throw) std::rethrow_exception(error);
@@ -835,6 +849,7 @@ class session {
   std::optional<std::size_t> saved_threshold_;
   std::chrono::steady_clock::time_point start_;
   int exceptions_at_entry_ = 0;
+  recorder* recorder_ = nullptr;  // session_options::record_into, the parent's or the pool's
   std::uint32_t scope_ = 0;
   std::size_t tracked_at_entry_ = 0;
   std::pair<std::size_t, std::size_t> siblings_at_entry_{1, 0};

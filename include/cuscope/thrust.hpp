@@ -57,11 +57,9 @@ class thrust_temporary_allocator {
 
   void deallocate(char* ptr, std::size_t bytes) noexcept {
     if (ptr == nullptr) return;
-    if (free_async_nothrow(ptr, stream_, pool_.device(), bytes)) {
-      if (ledger_.get() != nullptr) ledger_.get()->discharge(ptr, bytes);
-    } else if (ledger_.get() != nullptr) {
-      ledger_.get()->abandon();  // still allocated: the session goes on counting it
-    }
+    if (free_recorded_nothrow(ptr, bytes, stream_, pool_.get(), pool_.device(), ledger_.get()) &&
+        ledger_.get() != nullptr)
+      ledger_.get()->discharge(ptr, bytes);
   }
 
   memory_pool_ref pool() const noexcept { return pool_; }
@@ -203,12 +201,10 @@ class thrust_allocator {
   /// that stream; does not synchronize. Never throws.
   void deallocate(pointer p, size_type n) noexcept {
     if (p.get() == nullptr) return;
-    if (detail::free_async_nothrow(static_cast<void*>(p.get()), stream_, pool_.device(),
-                                   n * sizeof(T))) {
-      if (ledger_.get() != nullptr) ledger_.get()->discharge(p.get(), n * sizeof(T));
-    } else if (ledger_.get() != nullptr) {
-      ledger_.get()->abandon();  // still allocated: the session goes on counting it
-    }
+    if (detail::free_recorded_nothrow(static_cast<void*>(p.get()), n * sizeof(T), stream_,
+                                      pool_.get(), pool_.device(), ledger_.get()) &&
+        ledger_.get() != nullptr)
+      ledger_.get()->discharge(p.get(), n * sizeof(T));
   }
 
   /// @brief The largest number of elements whose bytes a size_t can count.

@@ -19,8 +19,14 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #  define CUSCOPE_DETAIL_COLD __attribute__((cold, noinline))
+#  define CUSCOPE_DETAIL_NOINLINE __attribute__((noinline))
+// The few hot-path members that call a cold path: compilers stop inlining them at the depth of a
+// buffer's constructor, where a call costs more than the member's own work.
+#  define CUSCOPE_DETAIL_HOT_INLINE __attribute__((always_inline))
 #else
 #  define CUSCOPE_DETAIL_COLD
+#  define CUSCOPE_DETAIL_NOINLINE
+#  define CUSCOPE_DETAIL_HOT_INLINE
 #endif
 
 // cudaMemPoolProps::maxSize, a pool's hard limit, exists from CUDA 12.2.

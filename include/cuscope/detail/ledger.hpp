@@ -19,6 +19,7 @@
 
 #include "../error.hpp"
 #include "format.hpp"
+#include "recorder_hook.hpp"
 
 namespace cuscope {
 class session;
@@ -79,6 +80,7 @@ class ledger {
     if (parent_ == nullptr) return;
     parent_->add_sub(this);
     parent_->retain();
+    recording_ = parent_->recording_;  // a ledger of batches records as its session does
   }
   ledger(const ledger&) = delete;
   ledger& operator=(const ledger&) = delete;
@@ -208,6 +210,10 @@ class ledger {
     for (ledger* sub : subs_)
       sub->live_records(out);
   }
+
+  /// Where the session's allocations are recorded; set by the session before it hands any out.
+  void record_into(record_target target) noexcept { recording_ = target; }
+  record_target recording() const noexcept { return recording_; }
 
   /// Whether memory was handed out or moved onto a stream neither the session's own nor listed.
   bool other_streams() const noexcept { return other_streams_.load(std::memory_order_relaxed); }
@@ -368,6 +374,7 @@ class ledger {
   spin_lock records_lock_;  // records_ and free_slot_
   std::vector<allocation_record> records_;
   std::uint32_t free_slot_ = no_slot;
+  record_target recording_;
   std::mutex mutex_;  // children_, subs_, opened_ and closed_
   std::vector<ledger*> children_;
   std::vector<ledger*> subs_;  // every ledger whose parent this is, open or not

@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the core headers know of a recorder: an interface its events go through, and the one
+// process-wide table of which pool records into which recorder. A relaxed flag says whether any
+// pool records at all, so that allocating with no recorder attached costs one load; the table
+// itself is a short list, read without a lock while some pool records and changed under a spin
+// lock when a recorder is attached or detached.
+//
+// The table is an inline variable: one per process where cuscope's symbols are shared (the
+// default), one per shared library built with hidden visibility, whose pools are then recorded
+// only by the code of that library.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <utility>
+
+#include "config.hpp"
+
+namespace cuscope::detail {
+
+/// Receives what pools, allocations and sessions do; cuscope::recorder implements it. None of
+/// the calls allocates or throws.
+class recorder_hook {
+ public:
+  recorder_hook() = default;
+  recorder_hook(const recorder_hook&) = delete;
+  recorder_hook& operator=(const recorder_hook&) = delete;
+  virtual ~recorder_hook() = default;
+
+  virtual void on_allocate(int device, cudaMemPool_t pool, cudaStream_t stream, const void* ptr,
+                           std::size_t bytes, std::uint32_t scope) noexcept = 0;
+  virtual void on_free(int device, cudaMemPool_t pool, cudaStream_t stream, const void* ptr,
+                       std::size_t bytes) noexcept = 0;
+  virtual void on_trim(int device, cudaMemPool_t pool, std::size_t keep_bytes) noexcept = 0;
+  virtual void on_threshold(int device, cudaMemPool_t pool, std::size_t bytes) noexcept = 0;
+  virtual void on_retry(int device, cudaMemPool_t pool, cudaStream_t stream,
+                        std::size_t bytes) noexcept = 0;
+  virtual void on_out_of_memory(int device, cudaMemPool_t pool, cudaStream_t stream,
+                                std::size_t bytes, std::uint32_t scope) noexcept = 0;
+};
+
+/// Where an allocation is recorded: into hook under the session id scope, or, with no hook, into
+/// the recorder attached to the pool (if any) under no session.
+struct record_target {
+  recorder_hook* hook = nullptr;
+  std::uint32_t scope = 0;
+};
+
+// An entry of the table. Entries are never freed: a detached one is left empty and reused by a
+// later attachment, so that lookups walk the list without a lock (the list only grows, at its
+// head). There are as many as pools were ever recorded at once.
+struct hook_entry {
+  std::atomic<cudaMemPool_t> pool{nullptr};
+  std::atomic<recorder_hook*> hook{nullptr};
+  hook_entry* next = nullptr;
+};
+
+struct hook_table {
+  std::atomic<bool> any{false};     // whether some entry is in use; read relaxed
+  std::atomic<bool> locked{false};  // serializes attachments and detachments
+  std::atomic<hook_entry*> head{nullptr};
+  std::size_t in_use = 0;  // under the lock
+};
+
+inline hook_table recorder_table;  // constant-initialized
+
+class hook_table_lock {
+ public:
+  hook_table_lock() noexcept {
+    while (recorder_table.locked.exchange(true, std::memory_order_acquire))
+      while (recorder_table.locked.load(std::memory_order_relaxed)) {
+      }
+  }
+  hook_table_lock(const hook_table_lock&) = delete;
+  hook_table_lock& operator=(const hook_table_lock&) = delete;
+  ~hook_table_lock() { recorder_table.locked.store(false, std::memory_order_release); }
+};
+
+// Without a lock: an entry is filled hook first, then pool (release), and emptied pool first.
+inline recorder_hook* find_hook(cudaMemPool_t pool) noexcept {
+  for (const hook_entry* e = recorder_table.head.load(std::memory_order_acquire); e != nullptr;
+       e = e->next)
+    if (e->pool.load(std::memory_order_acquire) == pool)
+      return e->hook.load(std::memory_order_relaxed);
+  return nullptr;
+}
+
+/// Whether any pool records: one relaxed load. A pool attached on another thread may be seen a
+/// little late, as with any relaxed flag; its own thread sees it at once.
+inline bool any_pool_recorded() noexcept {
+  return recorder_table.any.load(std::memory_order_relaxed);
+}
+
+/// Whether an operation recorded into target (or, with no hook, into its pool's recorder) may
+/// have somewhere to go. The hot paths test this and call the notify_ functions only when true.
+inline bool may_record(record_target target = {}) noexcept {
+  return target.hook != nullptr || any_pool_recorded();
+}
+
+/// The recorder attached to pool; nullptr for none. One relaxed load while no pool records.
+inline recorder_hook* hook_for(cudaMemPool_t pool) noexcept {
+  return any_pool_recorded() ? find_hook(pool) : nullptr;
+}
+
+/// The hook of target, else the one attached to pool.
+inline recorder_hook* hook_for(cudaMemPool_t pool, record_target target) noexcept {
+  return target.hook != nullptr ? target.hook : hook_for(pool);
+}
+
+// Out of line, so that the hot paths keep only the test of may_record().
+
+CUSCOPE_DETAIL_NOINLINE inline void notify_allocate(record_target target, int device,
+                                                    cudaMemPool_t pool, cudaStream_t stream,
+                                                    const void* ptr, std::size_t bytes) noexcept {
+  if (recorder_hook* h = hook_for(pool, target))
+    h->on_allocate(device, pool, stream, ptr, bytes, target.scope);
+}
+
+CUSCOPE_DETAIL_NOINLINE inline void notify_free(record_target target, int device,
+                                                cudaMemPool_t pool, cudaStream_t stream,
+                                                const void* ptr, std::size_t bytes) noexcept {
+  if (recorder_hook* h = hook_for(pool, target)) h->on_free(device, pool, stream, ptr, bytes);
+}
+
+// Empties the entries that match; called with the lock held.
+template <class Match>
+void empty_hooks(Match match) noexcept {
+  for (hook_entry* e = recorder_table.head.load(std::memory_order_relaxed); e != nullptr;
+       e = e->next) {
+    const cudaMemPool_t pool = e->pool.load(std::memory_order_relaxed);
+    if (pool == nullptr || !match(pool, e->hook.load(std::memory_order_relaxed))) continue;
+    e->pool.store(nullptr, std::memory_order_relaxed);
+    e->hook.store(nullptr, std::memory_order_relaxed);
+    --recorder_table.in_use;
+  }
+  recorder_table.any.store(recorder_table.in_use != 0, std::memory_order_relaxed);
+}
+
+/// Records pool's operations into hook from now on (pool != nullptr, hook != nullptr).
+/// Throws std::bad_alloc.
+inline void attach_hook(cudaMemPool_t pool, recorder_hook* hook) {
+  hook_entry* fresh = new hook_entry;  // before the lock; deleted when an empty entry is reused
+  {
+    const hook_table_lock lock;
+    empty_hooks([pool](cudaMemPool_t p, const recorder_hook*) { return p == pool; });
+    hook_entry* e = recorder_table.head.load(std::memory_order_relaxed);
+    while (e != nullptr && e->pool.load(std::memory_order_relaxed) != nullptr)
+      e = e->next;
+    if (e == nullptr) {
+      e = std::exchange(fresh, nullptr);
+      e->next = recorder_table.head.load(std::memory_order_relaxed);
+      recorder_table.head.store(e, std::memory_order_release);
+    }
+    e->hook.store(hook, std::memory_order_relaxed);
+    e->pool.store(pool, std::memory_order_release);
+    ++recorder_table.in_use;
+    recorder_table.any.store(true, std::memory_order_relaxed);
+  }
+  delete fresh;
+}
+
+/// Stops recording pool.
+inline void detach_pool(cudaMemPool_t pool) noexcept {
+  const hook_table_lock lock;
+  empty_hooks([pool](cudaMemPool_t p, const recorder_hook*) { return p == pool; });
+}
+
+/// Stops recording into hook, whatever the pool (a recorder being destroyed).
+inline void detach_hook(const recorder_hook* hook) noexcept {
+  const hook_table_lock lock;
+  empty_hooks([hook](cudaMemPool_t, const recorder_hook* h) { return h == hook; });
+}
+
+}  // namespace cuscope::detail
