@@ -182,7 +182,9 @@ class device_allocation {
 
   /// @brief Frees the memory on the allocation's stream; never throws. A failure goes to the
   /// cleanup handler, and the session that counts the allocation goes on counting it (a leak).
-  ~device_allocation() { free(); }
+  CUSCOPE_DETAIL_HOT_INLINE ~device_allocation() {
+    if (data_ != nullptr) free_memory();
+  }
 
   /// @brief Gives up ownership: the caller frees the returned pointer (on stream(), from
   /// pool()). Leaves this empty. An allocation a session counted is no longer counted by it.
@@ -232,26 +234,32 @@ class device_allocation {
 
  private:
   CUSCOPE_DETAIL_HOT_INLINE void free() noexcept {
-    if (data_ != nullptr) {
-      // cudaFreeAsync is ordered by the stream, whatever device is current; only a default stream
-      // handle needs the pool's device to name the stream the memory was used on.
-      if (detail::free_async_nothrow(data_, stream_, device_, bytes_)) {
-        if (ledger_ != nullptr) {
-          const detail::record_target target = ledger_->recording();
-          if (detail::may_record(target))
-            detail::notify_free(target, device_, pool_, stream_, data_, bytes_);
-          ledger_->discharge(bytes_, slot_);
-        } else if (detail::any_pool_recorded()) {
-          detail::notify_free({}, device_, pool_, stream_, data_, bytes_);
-        }
-      } else if (ledger_ != nullptr) {
-        // Still allocated: the session goes on counting it, and names it as a leak.
-        ledger_->abandon();
-      }
-    }
+    if (data_ != nullptr) free_memory();
     data_ = nullptr;
     bytes_ = 0;
     ledger_ = nullptr;
+  }
+
+  // Frees data_ (not nullptr); leaves the members as they are. The usual case, memory no session
+  // counts, inline; the counted one out of line.
+  CUSCOPE_DETAIL_HOT_INLINE void free_memory() noexcept {
+    if (ledger_ != nullptr) return free_counted();
+    // cudaFreeAsync is ordered by the stream, whatever device is current; only a default stream
+    // handle needs the pool's device to name the stream the memory was used on.
+    if (detail::free_async_nothrow(data_, stream_, device_, bytes_) && detail::any_pool_recorded())
+      detail::notify_free({}, device_, pool_, stream_, data_, bytes_);
+  }
+
+  CUSCOPE_DETAIL_NOINLINE void free_counted() noexcept {
+    if (detail::free_async_nothrow(data_, stream_, device_, bytes_)) {
+      const detail::record_target target = ledger_->recording();
+      if (detail::may_record(target))
+        detail::notify_free(target, device_, pool_, stream_, data_, bytes_);
+      ledger_->discharge(bytes_, slot_);
+    } else {
+      // Still allocated: the session goes on counting it, and names it as a leak.
+      ledger_->abandon();
+    }
   }
 
   void* data_ = nullptr;

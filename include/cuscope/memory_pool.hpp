@@ -122,15 +122,16 @@ class memory_pool_ref;
 
 namespace detail {
 
-/// Frees ptr, bytes of memory of a pool on device, in stream order on stream; never throws. A
-/// default stream handle names the default stream of device, as in pool_base::deallocate. False
-/// when the free failed (reported to the cleanup handler): the memory is still allocated.
-inline bool free_async_nothrow(void* ptr, cudaStream_t stream, int device,
-                               std::size_t bytes = 0) noexcept {
-  if (ptr == nullptr) return true;
+/// The half of free_async_nothrow that is not a successful free on a stream other than a default
+/// one: a default stream (made current on device first), or status, a failed free, to report.
+CUSCOPE_DETAIL_NOINLINE inline bool free_async_slow(void* ptr, cudaStream_t stream, int device,
+                                                    std::size_t bytes,
+                                                    cudaError_t status) noexcept {
   const stream_device_guard_nothrow on(stream, device);
-  const cudaError_t status = cudaFreeAsync(ptr, stream);
-  if (status == cudaSuccess) return true;
+  if (status == cudaSuccess) {  // not tried yet: a default stream
+    status = cudaFreeAsync(ptr, stream);
+    if (status == cudaSuccess) return true;
+  }
   // In a stream capture, a free becomes a graph node and must name memory the graph allocated.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   const bool capturing = cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
@@ -140,6 +141,17 @@ inline bool free_async_nothrow(void* ptr, cudaStream_t stream, int device,
                                 "allocate it (free it before the capture begins or after it ends)"
                               : "device memory of a pool",
                     ptr, __FILE__, __LINE__, bytes);
+}
+
+/// Frees ptr, bytes of memory of a pool on device, in stream order on stream; never throws. A
+/// default stream handle names the default stream of device, as in pool_base::deallocate. False
+/// when the free failed (reported to the cleanup handler): the memory is still allocated.
+CUSCOPE_DETAIL_HOT_INLINE inline bool free_async_nothrow(void* ptr, cudaStream_t stream, int device,
+                                                         std::size_t bytes = 0) noexcept {
+  if (ptr == nullptr) return true;
+  if (is_default_stream(stream)) return free_async_slow(ptr, stream, device, bytes, cudaSuccess);
+  const cudaError_t status = cudaFreeAsync(ptr, stream);
+  return status == cudaSuccess || free_async_slow(ptr, stream, device, bytes, status);
 }
 
 /// The limit on pool's reserved memory that the driver enforces (cudaMemPoolAttrMaxPoolSize, which
@@ -272,7 +284,10 @@ class pool_base {
                                                          alloc_policy policy,
                                                          detail::record_target target) const {
     if (bytes == 0) return nullptr;
-    const stream_device_guard on(stream.get(), self().device_);
+    // A default stream is resolved against the current device: the pool's is made current, out
+    // of line, so that the usual case pays no guard.
+    if (detail::is_default_stream(stream.get()))
+      return allocate_on_device(stream, bytes, policy, target);
     void* p = nullptr;
     const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
     if (status == cudaSuccess) {
@@ -288,8 +303,11 @@ class pool_base {
   /// does not synchronize. bytes is what was allocated (unused by CUDA).
   void deallocate(stream_ref stream, void* ptr, std::size_t bytes) const {
     if (ptr == nullptr) return;
-    const stream_device_guard on(stream.get(), self().device_);
-    CUSCOPE_DETAIL_TRY_FOR(cudaFreeAsync(ptr, stream.get()), describe());
+    if (detail::is_default_stream(stream.get())) {
+      deallocate_on_device(stream, ptr);
+    } else {
+      CUSCOPE_DETAIL_TRY_FOR(cudaFreeAsync(ptr, stream.get()), describe());
+    }
     if (detail::any_pool_recorded())
       detail::notify_free({}, self().device_, self().handle_, stream.get(), ptr, bytes);
   }
@@ -341,6 +359,27 @@ class pool_base {
   void set_flag(cudaMemPoolAttr attr, bool on) const {
     int value = on ? 1 : 0;
     CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolSetAttribute(checked_handle(), attr, &value), describe());
+  }
+
+  // allocate() on a default stream, with the pool's device current.
+  CUSCOPE_DETAIL_NOINLINE void* allocate_on_device(stream_ref stream, std::size_t bytes,
+                                                   alloc_policy policy,
+                                                   detail::record_target target) const {
+    const stream_device_guard on(stream.get(), self().device_);
+    void* p = nullptr;
+    const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
+    if (status == cudaSuccess) {
+      if (detail::may_record(target))
+        detail::notify_allocate(target, self().device_, self().handle_, stream.get(), p, bytes);
+      return p;
+    }
+    return allocate_failed(stream, bytes, status, policy, target);
+  }
+
+  // The free of deallocate() on a default stream, with the pool's device current.
+  CUSCOPE_DETAIL_NOINLINE void deallocate_on_device(stream_ref stream, void* ptr) const {
+    const stream_device_guard on(stream.get(), self().device_);
+    CUSCOPE_DETAIL_TRY_FOR(cudaFreeAsync(ptr, stream.get()), describe());
   }
 
   // The cold half of allocate(): the retry policy asks for, then the exception.
