@@ -289,6 +289,23 @@ class session_leak_error : public std::runtime_error {
   session_report report_;
 };
 
+/// @brief Where sessions hand their reports as they end (session_options::report_to).
+/// json_line_sink (<cuscope/json_line_sink.hpp>) writes each as one JSON line to a file, a stream
+/// or a callback; derive from it to send reports elsewhere.
+class report_sink {
+ public:
+  virtual ~report_sink() = default;
+  /// @brief Takes the report of a session that has just ended, complete or not. Called on the
+  /// thread that ends the session, from several threads at once when sessions end together. What
+  /// it throws goes to the cleanup handler (error.hpp), never out of the session's end.
+  virtual void write(const session_report& report) = 0;
+
+ protected:
+  report_sink() = default;
+  report_sink(const report_sink&) = default;
+  report_sink& operator=(const report_sink&) = default;
+};
+
 /// @brief How a session behaves.
 struct session_options {
   /// @brief Shown in reports and messages ("epoch 3").
@@ -301,6 +318,10 @@ struct session_options {
   /// @brief Receives every session's report when it ends, before the leak policy applies (to log
   /// each epoch, for instance).
   std::function<void(const session_report&)> on_finish;
+  /// @brief Receives the session's report when it ends, also when a step of the end failed
+  /// (before on_finish and the leak policy); by default the parent's, so that a service names it
+  /// once, on its top session. It must outlive the session and those nested in it.
+  report_sink* report_to = nullptr;
   /// @brief Whether the end trims the pool.
   bool trim = true;
   /// @brief Reserve to keep when trimming; by default what the pool held at entry.
@@ -504,6 +525,8 @@ class session {
   session(session* parent, memory_pool_ref pool, stream_ref stream, session_options options)
       : pool_(pool), stream_(stream), options_(std::move(options)) {
     detail::ledger* const up = parent != nullptr ? parent->ledger_ : nullptr;
+    if (options_.report_to == nullptr && parent != nullptr)
+      options_.report_to = parent->options_.report_to;
     std::vector<cudaStream_t> listed;
     listed.reserve(options_.streams.size());
     for (const stream_ref s : options_.streams)
@@ -751,6 +774,13 @@ class session {
     if (recorder_ != nullptr)
       recorder_->end_session(scope_, report_.leaked_allocations, report_.leaked_bytes);
     nvtx_.end();
+    if (options_.report_to != nullptr) {
+      try {
+        options_.report_to->write(report_);
+      } catch (...) {
+        CUSCOPE_DETAIL_CLEANUP_CAUGHT("report_sink::write", "cuscope::session", this);
+      }
+    }
     if (error) {
       if (may_throw) std::rethrow_exception(error);
       // From the destructor: the steps' failure is reported, and the report is still handed on.

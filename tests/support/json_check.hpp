@@ -139,4 +139,25 @@ inline std::string json_error(const std::string& text) {
   return json_checker(text).check();
 }
 
+/// The text of the first value under key in a JSON object written by cuscope (a report line): a
+/// number, true, false or null as written, a string without its quotes and escaping backslashes;
+/// empty when key is absent. Keys at the top of a report come before its "leaks" array, so the
+/// first match is the report's own.
+inline std::string json_field(const std::string& json, const std::string& key) {
+  const std::string k = "\"" + key + "\":";
+  std::size_t at = json.find(k);
+  if (at == std::string::npos) return {};
+  at += k.size();
+  if (at < json.size() && json[at] == '"') {
+    std::string out;
+    for (std::size_t i = at + 1; i < json.size() && json[i] != '"'; ++i) {
+      if (json[i] == '\\' && i + 1 < json.size()) ++i;
+      out += json[i];
+    }
+    return out;
+  }
+  const std::size_t end = json.find_first_of(",}]", at);
+  return json.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
 }  // namespace cuscope::test

@@ -79,6 +79,22 @@ CUSCOPE_DETAIL_COLD inline bool parse_env_amount(const std::string& text, env_am
   return false;
 }
 
+/// "CUSCOPE_<NAME>_" for name (letters, digits and '_', upper-cased); who names the caller in the
+/// std::invalid_argument thrown for an empty name or another character.
+CUSCOPE_DETAIL_COLD inline std::string env_prefix(const std::string& name, const char* who) {
+  if (name.empty()) throw std::invalid_argument(std::string(who) + ": the name is empty");
+  std::string prefix = "CUSCOPE_";
+  for (const char c : name) {
+    const bool ok =
+        (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+    if (!ok)
+      throw std::invalid_argument(std::string(who) + ": the name \"" + name +
+                                  "\" may hold only letters, digits and '_'");
+    prefix += (c >= 'a' && c <= 'z') ? static_cast<char>(c - 'a' + 'A') : c;
+  }
+  return prefix + '_';
+}
+
 /// Total memory of device (cudaMemGetInfo's total).
 inline std::size_t device_total_bytes(int device) {
   const scoped_device on(device);
@@ -99,17 +115,7 @@ inline pool_options pool_options::from_env(const std::string& name) {
 
 inline pool_options pool_options::from_env(const std::string& name, pool_options defaults) {
   const char* who = "cuscope::pool_options::from_env";
-  if (name.empty()) throw std::invalid_argument(std::string(who) + ": the name is empty");
-  std::string prefix = "CUSCOPE_";
-  for (const char c : name) {
-    const bool ok =
-        (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-    if (!ok)
-      throw std::invalid_argument(std::string(who) + ": the name \"" + name +
-                                  "\" may hold only letters, digits and '_'");
-    prefix += (c >= 'a' && c <= 'z') ? static_cast<char>(c - 'a' + 'A') : c;
-  }
-  prefix += '_';
+  const std::string prefix = detail::env_prefix(name, who);
   pool_options options = std::move(defaults);
   int device = options.device;
   std::string origin;
