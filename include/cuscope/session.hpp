@@ -104,6 +104,16 @@ struct session_report {
   std::size_t graph_returned_bytes = 0;  ///< Graph memory given back by the end's graph trim.
   bool graph_trimmed = false;            ///< Whether the device's graph memory was trimmed.
   bool unwinding = false;  ///< Whether the session ended while an exception unwound the stack.
+  /// @brief What session_options::admission asked to be available at entry; 0 when it asked
+  /// nothing.
+  std::size_t admission_required_bytes = 0;
+  /// @brief What was available at entry, as the admission counted it (after its trim, if any);
+  /// 0 when it asked nothing.
+  std::size_t admission_available_bytes = 0;
+  /// @brief Whether the admission trimmed the pool to make room (admission_policy::trim_and_retry).
+  bool admission_trimmed = false;
+  /// @brief Reserve that the admission's trim gave back to the driver.
+  std::size_t admission_returned_bytes = 0;
   /// @brief The figures that a failed step of the end left unknown, by member name
   /// ("reserved_at_exit_bytes"); they read 0. Empty when every figure was measured.
   std::vector<std::string> unknown;
@@ -171,6 +181,13 @@ struct session_report {
            (graph_trimmed ? " (trimmed, " + figure("graph_returned_bytes", graph_returned_bytes) +
                                 " returned)"
                           : " (not trimmed)") +
+           "\n";
+    if (admission_required_bytes != 0)
+      s += "  admitted: " + format_bytes(admission_required_bytes) + " asked, " +
+           format_bytes(admission_available_bytes) + " available at entry" +
+           (admission_trimmed
+                ? " after a trim that returned " + format_bytes(admission_returned_bytes)
+                : std::string()) +
            "\n";
     if (leaked_allocations != 0) {
       s += "  LEAKED " + std::to_string(leaked_allocations) + " allocation" +
@@ -245,6 +262,10 @@ struct session_report {
   flag("concurrent", r.concurrent);
   flag("synchronized_device", r.synchronized_device);
   flag("unwinding", r.unwinding);
+  number("admission_required_bytes", r.admission_required_bytes);
+  number("admission_available_bytes", r.admission_available_bytes);
+  flag("admission_trimmed", r.admission_trimmed);
+  number("admission_returned_bytes", r.admission_returned_bytes);
   flag("leaked", r.leaked());
   flag("complete", r.complete());
   const auto strings = [&out](const char* key, const std::vector<std::string>& list) {
@@ -289,6 +310,52 @@ class session_leak_error : public std::runtime_error {
   session_report report_;
 };
 
+/// @brief Thrown when a session begins and the memory that session_options::admission asks for is
+/// not available. Its message names the session, what was asked, what was available, the shortfall
+/// and who holds the device's memory: the pool (reserve, in use, limit), graph memory, and the rest
+/// (the CUDA context, other pools, cudaMalloc, other processes).
+class admission_error : public out_of_memory {
+ public:
+  /// @brief An error for a session that asked for required bytes and found available.
+  admission_error(std::size_t required, std::size_t available, const std::string& message)
+      : out_of_memory(required, message, cudaSuccess), available_(available) {}
+  /// @brief What was available at entry (after the trim, under trim_and_retry).
+  [[nodiscard]] std::size_t available_bytes() const noexcept { return available_; }
+  /// @brief requested_bytes() - available_bytes().
+  [[nodiscard]] std::size_t shortfall_bytes() const noexcept {
+    return requested_bytes() - available_;
+  }
+
+ private:
+  std::size_t available_;
+};
+
+/// @brief What a session does when the memory its admission asks for is not available.
+enum class admission_policy {
+  refuse,          ///< Throw admission_error at once.
+  trim_and_retry,  ///< Synchronize the device, trim the pools, check once more, then refuse.
+};
+
+/// @brief Memory that must be available to a session when it begins (session_options::admission):
+/// the largest of bytes, device_fraction of the device's memory and pool_fraction of the pool's
+/// limit. Available means what the pool can hand out without waiting: the device's free memory
+/// (cudaMemGetInfo, as nvidia-smi counts it) plus the pool's cached reserve, and no more than its
+/// limit leaves.
+struct admission_options {
+  /// @brief Bytes that must be available; 0 for none.
+  std::size_t bytes = 0;
+  /// @brief A fraction in [0, 1] of the device's total memory that must be available; 0 for none.
+  double device_fraction = 0;
+  /// @brief A fraction in [0, 1] of the pool's limit (memory_pool_ref::max_bytes()) that must be
+  /// available; 0 for none. Needs a pool with a limit.
+  double pool_fraction = 0;
+  /// @brief What to do when it is not available.
+  admission_policy on_shortfall = admission_policy::refuse;
+  /// @brief More pools whose unused reserve trim_and_retry gives back too (other caches of the
+  /// service); they must outlive the session's constructor.
+  std::vector<memory_pool_ref> also_trim;
+};
+
 /// @brief Where sessions hand their reports as they end (session_options::report_to).
 /// json_line_sink (<cuscope/json_line_sink.hpp>) writes each as one JSON line to a file, a stream
 /// or a callback; derive from it to send reports elsewhere.
@@ -318,6 +385,10 @@ struct session_options {
   /// @brief Receives every session's report when it ends, before the leak policy applies (to log
   /// each epoch, for instance).
   std::function<void(const session_report&)> on_finish;
+  /// @brief Memory that must be available when the session begins, or its constructor throws
+  /// admission_error (after trimming the pools and checking once more, under
+  /// admission_policy::trim_and_retry). Asks nothing by default.
+  admission_options admission;
   /// @brief Receives the session's report when it ends, also when a step of the end failed
   /// (before on_finish and the leak policy); by default the parent's, so that a service names it
   /// once, on its top session. It must outlive the session and those nested in it.
@@ -552,6 +623,8 @@ class session {
     exceptions_at_entry_ = std::uncaught_exceptions();
     report_.name = options_.name;
     report_.device = pool_.device();
+    const admission_options& a = options_.admission;
+    if (a.bytes != 0 || a.device_fraction != 0 || a.pool_fraction != 0) admit();
     const pool_stats entry = pool_.stats();
     tracked_at_entry_ = ledger_->root()->live_bytes();
     if (up != nullptr) {
@@ -589,6 +662,118 @@ class session {
       ledger_->record_into(detail::record_target{r, scope_});
     }
     nvtx_ = nvtx_range(options_.name.empty() ? "cuscope session" : options_.name.c_str());
+  }
+
+  // What the pool could hand out now without waiting, and who holds the device's memory.
+  struct admission_reading {
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    std::size_t reserved_bytes = 0;
+    std::size_t used_bytes = 0;
+    std::size_t limit_bytes = 0;  // 0: none
+    std::size_t graph_reserved_bytes = 0;
+
+    [[nodiscard]] std::size_t available() const noexcept {
+      const std::size_t cached = reserved_bytes > used_bytes ? reserved_bytes - used_bytes : 0;
+      std::size_t a = free_bytes + cached;
+      if (limit_bytes != 0) {
+        const std::size_t room = limit_bytes > used_bytes ? limit_bytes - used_bytes : 0;
+        if (room < a) a = room;
+      }
+      return a;
+    }
+  };
+
+  CUSCOPE_DETAIL_COLD admission_reading read_admission(const std::string& who) {
+    admission_reading r;
+    {
+      scoped_device on(pool_.device());
+      CUSCOPE_DETAIL_TRY_FOR(cudaMemGetInfo(&r.free_bytes, &r.total_bytes), who);
+    }
+    const pool_stats s = pool_.stats();
+    r.reserved_bytes = s.reserved_bytes;
+    r.used_bytes = s.used_bytes;
+    r.limit_bytes = pool_.max_bytes();
+    std::size_t graph_used = 0;
+    detail::graph_memory_now(pool_.device(), graph_used, r.graph_reserved_bytes, who);
+    return r;
+  }
+
+  // Checks session_options::admission; may trim the pools once. Throws admission_error.
+  CUSCOPE_DETAIL_COLD void admit() {
+    using detail::format_bytes;
+    const admission_options& a = options_.admission;
+    const std::string who = "cuscope::session '" + options_.name + "'";
+    const auto check_fraction = [&](double f, const char* field) {
+      if (!(f >= 0 && f <= 1))
+        throw std::invalid_argument(who + ": admission." + field + " " + std::to_string(f) +
+                                    " is not a fraction in [0, 1]");
+    };
+    check_fraction(a.device_fraction, "device_fraction");
+    check_fraction(a.pool_fraction, "pool_fraction");
+    admission_reading r = read_admission(who);
+    std::size_t required = a.bytes;
+    const auto at_least = [&required](double f, std::size_t of) {
+      const auto b = static_cast<std::size_t>(f * static_cast<double>(of));
+      if (b > required) required = b;
+    };
+    if (a.device_fraction != 0) at_least(a.device_fraction, r.total_bytes);
+    if (a.pool_fraction != 0) {
+      if (r.limit_bytes == 0)
+        throw std::invalid_argument(who +
+                                    ": admission.pool_fraction needs a pool with a limit, "
+                                    "and pool " +
+                                    detail::format_pointer(pool_.get()) + " has none");
+      at_least(a.pool_fraction, r.limit_bytes);
+    }
+    report_.admission_required_bytes = required;
+    if (r.available() < required && a.on_shortfall == admission_policy::trim_and_retry) {
+      // Frees enqueued on any stream must complete before a trim can give their memory back.
+      const std::size_t reserved_before = r.reserved_bytes;
+      {
+        scoped_device on(pool_.device());
+        CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), who);
+      }
+      pool_.trim_to(0);
+      for (const memory_pool_ref& p : a.also_trim) {
+        if (p == pool_) continue;
+        {
+          scoped_device on(p.device());
+          CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), who);
+        }
+        p.trim_to(0);
+      }
+      if (options_.trim_graph_memory) {
+        scoped_device on(pool_.device());
+        CUSCOPE_DETAIL_TRY_FOR(cudaDeviceGraphMemTrim(pool_.device()), who);
+      }
+      report_.admission_trimmed = true;
+      r = read_admission(who);
+      report_.admission_returned_bytes =
+          reserved_before > r.reserved_bytes ? reserved_before - r.reserved_bytes : 0;
+    }
+    const std::size_t available = r.available();
+    report_.admission_available_bytes = available;
+    if (available >= required) return;
+    const std::size_t taken = r.total_bytes > r.free_bytes ? r.total_bytes - r.free_bytes : 0;
+    std::size_t rest = taken;
+    rest -= rest > r.reserved_bytes ? r.reserved_bytes : rest;
+    rest -= rest > r.graph_reserved_bytes ? r.graph_reserved_bytes : rest;
+    std::string m = who + ": admission refused: " + format_bytes(required) +
+                    " must be available at entry, " + format_bytes(available) + " is (" +
+                    format_bytes(required - available) + " short)";
+    if (report_.admission_trimmed)
+      m += " after synchronizing the device and trimming the pool (" +
+           format_bytes(report_.admission_returned_bytes) + " returned)";
+    m += ". Device " + std::to_string(pool_.device()) + " has " + format_bytes(r.free_bytes) +
+         " free of " + format_bytes(r.total_bytes) + "; pool " +
+         detail::format_pointer(pool_.get()) + " reserves " + format_bytes(r.reserved_bytes) +
+         " (" + format_bytes(r.used_bytes) + " in use)";
+    if (r.limit_bytes != 0) m += " under a limit of " + format_bytes(r.limit_bytes);
+    m += "; graph memory reserves " + format_bytes(r.graph_reserved_bytes) +
+         "; the rest (the CUDA context, other pools, cudaMalloc, other processes) holds " +
+         format_bytes(rest);
+    throw admission_error(required, available, m);
   }
 
   static session_options named(std::string name) {
