@@ -159,6 +159,9 @@ CUSCOPE_DETAIL_COLD inline void report_cleanup(const char* operation, const char
                                                const void* handle, cudaError_t status,
                                                const char* message, const char* file, int line,
                                                std::size_t bytes = 0) noexcept {
+  // At process exit the runtime frees everything itself: nothing is left to report, also when
+  // the unloading reached a cleanup as an exception (a session's end in its destructor).
+  if (status == cudaErrorCudartUnloading) return;
   cleanup_error e;
   e.operation = operation;
   e.object = object;
