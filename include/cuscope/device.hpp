@@ -45,13 +45,26 @@ inline bool restore_device_nothrow(int device, const char* object) noexcept {
   return CUSCOPE_DETAIL_CLEANUP(cudaSetDevice(device), object, nullptr);
 }
 
-/// Throws std::invalid_argument naming who asked when device is not a device of this machine.
+/// Throws std::invalid_argument naming who asked when device is not a device of this machine, and
+/// cuda_error when the devices cannot be counted for another reason than having none.
 inline void check_device(int device, const char* who) {
-  const int count = device_count();
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status == cudaErrorNoDevice) {
+    (void)cudaGetLastError();
+    count = 0;
+  } else {
+    // A driver too old for the runtime, or a broken one, is not "no device": say which.
+    CUSCOPE_DETAIL_CHECK_FOR(status, "cudaGetDeviceCount(&count)",
+                             std::string(who) + ": device " + std::to_string(device));
+  }
   if (device < 0 || device >= count)
-    throw std::invalid_argument(std::string(who) + ": device " + std::to_string(device) +
-                                " is not valid (" + std::to_string(count) +
-                                (count == 1 ? " device" : " devices") + " present)");
+    throw std::invalid_argument(
+        std::string(who) + ": device " + std::to_string(device) + " is not valid (" +
+        std::to_string(count) + (count == 1 ? " device" : " devices") + " present" +
+        (status == cudaErrorNoDevice ? ": cudaGetDeviceCount(&count) answered cudaErrorNoDevice"
+                                     : "") +
+        ")");
 }
 
 }  // namespace detail
