@@ -48,7 +48,7 @@ struct graph_memory_stats {
     (void)cudaGetLastError();
     return capture_status::active;
   }
-  CUSCOPE_DETAIL_TRY_FOR(e, stream.describe());
+  CUSCOPE_DETAIL_CHECK_FOR(e, "cudaStreamIsCapturing(stream.get(), &status)", stream.describe());
   switch (status) {
     case cudaStreamCaptureStatusActive:
       return capture_status::active;
