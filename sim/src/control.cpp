@@ -380,7 +380,8 @@ cudaError_t begin_call(state& g, std::size_t api) {
       ++it;
     }
     if (fired != cudaSuccess) {
-      if (is_sticky(fired)) g.sticky = fired;
+      // A runtime that has begun to unload stays unloading: every later call fails the same way.
+      if (is_sticky(fired) || fired == cudaErrorCudartUnloading) g.sticky = fired;
       return record_error(fired);
     }
   }

@@ -65,7 +65,8 @@ void reset(const device_config& config = {});
 [[nodiscard]] device_config config();
 
 /// @brief Makes the n-th runtime call from now (1 = the next one) return error without doing
-/// anything. A sticky error (such as cudaErrorIllegalAddress) then poisons the context.
+/// anything. A sticky error (such as cudaErrorIllegalAddress) then poisons the context, and
+/// cudaErrorCudartUnloading makes every later call fail with it (the runtime is shutting down).
 /// @throws std::invalid_argument when n is 0 or error is cudaSuccess.
 void fail_call(std::size_t n, cudaError_t error);
 
