@@ -429,6 +429,23 @@ struct session_options {
   /// session nested in the same parent ran beside it, and a top-level session on a pool that other
   /// code uses meanwhile should turn this off.
   bool untracked_leaks = true;
+  /// @brief Where the values came from, for logs and reports; from_env() fills it.
+  std::string origin;
+
+  /// @brief defaults, with the values that CUSCOPE_<NAME>_* environment variables set (NAME is
+  /// name in upper case, as for pool_options::from_env): TRIM (on or off), KEEP_BYTES,
+  /// BUDGET_BYTES, ADMIT_BYTES (each a byte count or a fraction of the device's memory; a
+  /// fraction in ADMIT_BYTES becomes admission.device_fraction) and ADMISSION (refuse or
+  /// trim_and_retry). Nothing else reads the environment. origin says which value came from where.
+  /// docs/services.md, "Trim policy, budget and admission from the environment".
+  /// @param device the device whose memory a fraction of KEEP_BYTES or BUDGET_BYTES is of; -1 for
+  /// the current one.
+  /// @throws std::invalid_argument naming the variable for a malformed value or a bad name;
+  /// cuda_error when a fraction needs the device's memory and CUDA cannot tell it.
+  [[nodiscard]] static session_options from_env(const std::string& name, session_options defaults,
+                                                int device = -1);
+  /// @brief from_env(name, session_options{}).
+  [[nodiscard]] static session_options from_env(const std::string& name);
 };
 
 /// @brief A scope guard over a pool and a stream around a piece of work.
@@ -1075,3 +1092,5 @@ class session {
 };
 
 }  // namespace cuscope
+
+#include "detail/session_env.hpp"  // session_options::from_env
