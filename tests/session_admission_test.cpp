@@ -24,6 +24,27 @@ using cuscope::test::device_guard;
 
 static_assert(std::is_base_of_v<cuscope::out_of_memory, admission_error>);
 
+TEST_CASE("session: admission options that make no sense are refused with the field named",
+          "[session][admission]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.name = "bad";
+  o.admission.device_fraction = 1.5;
+  CHECK_THROWS_WITH(session(pool, s, o), contains("session 'bad': admission.device_fraction 1.5") &&
+                                             contains("is not a fraction in [0, 1]"));
+  o.admission.device_fraction = 0;
+  o.admission.pool_fraction = -0.25;
+  CHECK_THROWS_AS(session(pool, s, o), std::invalid_argument);
+  o.admission.pool_fraction = 0.5;
+  CHECK_THROWS_WITH(session(pool, s, o),
+                    contains("admission.pool_fraction needs a pool with a limit"));
+  CHECK(pool.stats().reserved_bytes == 0);
+}
+
+#if CUSCOPE_TEST_SIMULATED
+
 namespace {
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
@@ -56,27 +77,6 @@ session_options admit(std::size_t bytes, admission_policy policy) {
 }
 
 }  // namespace
-
-TEST_CASE("session: admission options that make no sense are refused with the field named",
-          "[session][admission]") {
-  device_guard device;
-  memory_pool pool;
-  stream s;
-  session_options o;
-  o.name = "bad";
-  o.admission.device_fraction = 1.5;
-  CHECK_THROWS_WITH(session(pool, s, o), contains("session 'bad': admission.device_fraction 1.5") &&
-                                             contains("is not a fraction in [0, 1]"));
-  o.admission.device_fraction = 0;
-  o.admission.pool_fraction = -0.25;
-  CHECK_THROWS_AS(session(pool, s, o), std::invalid_argument);
-  o.admission.pool_fraction = 0.5;
-  CHECK_THROWS_WITH(session(pool, s, o),
-                    contains("admission.pool_fraction needs a pool with a limit"));
-  CHECK(pool.stats().reserved_bytes == 0);
-}
-
-#if CUSCOPE_TEST_SIMULATED
 
 TEST_CASE(
     "session: admission refuses when too little is available, naming what was asked, what was "
