@@ -46,14 +46,15 @@ inline void* accounted_allocate(const memory_pool_ref& pool, stream_ref stream, 
                                 alloc_policy policy = alloc_policy::fail_fast) {
   if (accounting == nullptr || bytes == 0) return pool.allocate(stream, bytes, policy);
   if (accounting->closed()) allocate_after_finish(*accounting, who);
-  accounting->charge(bytes, stream.get());
+  const bool charged = accounting->charge(bytes);
   void* p = nullptr;
   try {
     p = pool.allocate(stream, bytes, policy, accounting->recording());
-    (void)accounting->record(p, bytes, stream.get(), tag != nullptr ? tag : who, file, line);
+    (void)accounting->enter(p, bytes, stream.get(), tag != nullptr ? tag : who, file, line,
+                            charged);
   } catch (...) {
-    if (p != nullptr) free_async_nothrow(p, stream.get(), pool.device());
-    accounting->discharge(bytes);
+    if (p != nullptr) (void)free_async_nothrow(p, stream.get(), pool.device(), bytes);
+    accounting->cancel(bytes, charged);
     throw;
   }
   return p;
@@ -122,21 +123,7 @@ class device_allocation {
       bytes_ = bytes;
       return;
     }
-    accounting->charge(bytes, stream_);
-    try {
-      data_ = pool.allocate(stream, bytes, policy, accounting->recording());
-    } catch (...) {
-      accounting->discharge(bytes);
-      throw;
-    }
-    bytes_ = bytes;
-    ledger_ = accounting;
-    try {
-      slot_ = accounting->record(data_, bytes, stream_, tag, site.file, site.line);
-    } catch (...) {
-      free();
-      throw;
-    }
+    allocate_counted(pool, bytes, accounting, tag, site, policy);
   }
 
   /// @brief Takes ownership of ptr, bytes allocated from pool on stream (for instance by
@@ -248,6 +235,31 @@ class device_allocation {
     // handle needs the pool's device to name the stream the memory was used on.
     if (detail::free_async_nothrow(data_, stream_, device_, bytes_) && detail::any_pool_recorded())
       detail::notify_free({}, device_, pool_, stream_, data_, bytes_);
+  }
+
+  // The counted half of the constructor, out of line: bytes (not 0) from pool on stream_,
+  // counted by accounting (not nullptr).
+  CUSCOPE_DETAIL_NOINLINE void allocate_counted(const memory_pool_ref& pool, std::size_t bytes,
+                                                detail::ledger* accounting, const char* tag,
+                                                call_site site, alloc_policy policy) {
+    const bool charged = accounting->charge(bytes);
+    const detail::record_target target = accounting->recording();
+    void* p = nullptr;
+    try {
+      p = pool.allocate(stream_ref(stream_), bytes, policy, target);
+      slot_ = accounting->enter(p, bytes, stream_, tag, site.file, site.line, charged);
+    } catch (...) {
+      // Only enter() throws with p allocated (std::bad_alloc): the free is recorded where the
+      // allocation was, and a failed one is reported to the cleanup handler.
+      if (p != nullptr && detail::free_async_nothrow(p, stream_, device_, bytes) &&
+          detail::may_record(target))
+        detail::notify_free(target, device_, pool_, stream_, p, bytes);
+      accounting->cancel(bytes, charged);
+      throw;
+    }
+    data_ = p;
+    bytes_ = bytes;
+    ledger_ = accounting;
   }
 
   CUSCOPE_DETAIL_NOINLINE void free_counted() noexcept {

@@ -305,26 +305,28 @@ class imported_allocation {
       : stream_(stream.get()), pool_(pool.get()), device_(pool.device()) {
     if (pool.empty())
       throw std::logic_error("cuscope::imported_allocation: empty (moved-from) imported_pool");
-    if (accounting != nullptr) accounting->charge(static_cast<std::size_t>(e.bytes), stream_);
+    const auto bytes = static_cast<std::size_t>(e.bytes);
+    const bool charged = accounting != nullptr && accounting->charge(bytes);
     cudaMemPoolPtrExportData data = e.data;
     const cudaError_t status = cudaMemPoolImportPointer(&data_, pool_, &data);
     if (status != cudaSuccess) {
-      if (accounting != nullptr) accounting->discharge(static_cast<std::size_t>(e.bytes));
+      if (accounting != nullptr) accounting->cancel(bytes, charged);
       data_ = nullptr;
       detail::throw_cuda_error(status, "cudaMemPoolImportPointer", __FILE__, __LINE__,
                                pool.describe() + ", an allocation of " +
-                                   detail::format_bytes(static_cast<std::size_t>(e.bytes)) +
+                                   detail::format_bytes(bytes) +
                                    " (not from this pool, or freed by its exporter)");
     }
-    bytes_ = static_cast<std::size_t>(e.bytes);
-    ledger_ = accounting;
-    if (ledger_ != nullptr) {
+    bytes_ = bytes;
+    if (accounting != nullptr) {
       try {  // named in the session's leak report
-        slot_ = ledger_->record(data_, bytes_, stream_, "imported", __FILE__, __LINE__);
+        slot_ = accounting->enter(data_, bytes_, stream_, "imported", __FILE__, __LINE__, charged);
       } catch (...) {
         free();
+        accounting->cancel(bytes, charged);
         throw;
       }
+      ledger_ = accounting;
     }
   }
 

@@ -334,9 +334,12 @@ class pool_base {
 
   cudaMemPool_t checked_handle() const {
     const cudaMemPool_t h = self().handle_;
-    if (h == nullptr)
-      throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
+    if (h == nullptr) empty_pool();
     return h;
+  }
+
+  [[noreturn]] CUSCOPE_DETAIL_COLD static void empty_pool() {
+    throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
   }
 
   std::size_t get_u64(cudaMemPoolAttr attr) const {

@@ -543,9 +543,7 @@ class session {
     if (finished_)
       throw std::logic_error("cuscope::session '" + options_.name +
                              "': make_buffer after the session finished");
-    return device_buffer<T>(device_allocation(stream,
-                                              detail::bytes_of<T>(count, "cuscope::device_buffer"),
-                                              pool_, ledger_, tag, site, options_.on_pool_full));
+    return device_buffer<T>(stream, count, pool_, ledger_, tag, site, options_.on_pool_full);
   }
 
   /// @brief bytes from the session's pool, usable in stream order on stream, counted by the

@@ -63,7 +63,13 @@ class spin_lock {
 
 /// Live allocations and bytes charged to a session, with an optional budget that also counts
 /// against every enclosing session's budget. Reference counted: the session holds one reference,
-/// each buffer charged to it another, and each nested session's ledger one on its parent's.
+/// each allocation charged to it another, and each nested session's ledger one on its parent's.
+///
+/// One spin lock per ledger guards its counts, its references and its records, so that counting
+/// an allocation takes one locked operation per enclosing session, whatever it records. Without a
+/// budget anywhere above it, an allocation is counted once made (enter); with one, its bytes are
+/// checked and taken before it is made (charge), so that a request over budget never reaches the
+/// pool.
 ///
 /// It also knows the streams the session synchronizes by name (its own and those listed), and
 /// whether memory was handed out or moved onto any other stream, in which case the session
@@ -73,9 +79,10 @@ class ledger {
   ledger(ledger* parent, std::size_t budget_bytes, std::string name, cudaStream_t stream,
          std::vector<cudaStream_t> listed)
       : parent_(parent),
-        budget_(budget_bytes),
-        name_(std::move(name)),
         stream_(stream),
+        budget_(budget_bytes),
+        budgeted_(budget_bytes != 0 || (parent != nullptr && parent->budgeted_)),
+        name_(std::move(name)),
         listed_(std::move(listed)) {
     if (parent_ == nullptr) return;
     parent_->add_sub(this);
@@ -85,125 +92,138 @@ class ledger {
   ledger(const ledger&) = delete;
   ledger& operator=(const ledger&) = delete;
 
-  void retain() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void retain() noexcept {
+    const std::lock_guard<spin_lock> lock(lock_);
+    ++refs_;
+  }
 
   void release() noexcept {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      ledger* parent = parent_;
-      if (parent != nullptr) parent->remove_sub(this);
-      delete this;
-      if (parent != nullptr) parent->release();
+    bool last = false;
+    {
+      const std::lock_guard<spin_lock> lock(lock_);
+      last = --refs_ == 0;
     }
+    if (last) destroy();
   }
 
-  /// Counts an allocation of bytes on stream here and in every enclosing ledger, and takes a
-  /// reference for the buffer. Throws out_of_memory, changing nothing, when a budget would be
-  /// exceeded. The stream is noted here only: a nested session synchronizes its own streams, and
-  /// passes them on to its parent when allocations outlive it (passed_on).
-  void charge(std::size_t bytes, cudaStream_t stream) {
-    if (stream != stream_) note_stream(stream);
+  /// Before an allocation of bytes is made: where this ledger or an enclosing one has a budget,
+  /// checks the request against every budget and counts its bytes; returns whether it did (what
+  /// enter() and cancel() are then given). Throws out_of_memory, changing nothing, when a budget
+  /// would be exceeded.
+  bool charge(std::size_t bytes) {
+    if (!budgeted_) return false;
     for (ledger* l = this; l != nullptr; l = l->parent_) {
-      if (l->budget_ == 0) {
-        l->bytes_.fetch_add(bytes, std::memory_order_relaxed);
-        continue;
+      bool over = false;
+      std::size_t live = 0;
+      {
+        const std::lock_guard<spin_lock> lock(l->lock_);
+        // Checked before it is added: a request that does not fit never shows in the count, and
+        // a huge one cannot wrap the sum around to something that fits.
+        over = l->budget_ != 0 && (bytes > l->budget_ || l->bytes_ > l->budget_ - bytes);
+        live = l->bytes_;
+        if (!over) l->add_bytes(bytes);
       }
-      // Checked before it is added: a request that does not fit never shows in the count, where
-      // a concurrent make_buffer would see it and be refused as well, and a huge one cannot wrap
-      // the sum around to something that fits.
-      std::size_t live = l->bytes_.load(std::memory_order_relaxed);
-      do {
-        if (bytes > l->budget_ || live > l->budget_ - bytes) {
-          for (ledger* r = this; r != l; r = r->parent_)
-            r->bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-          l->over_budget(bytes, live);
-        }
-      } while (!l->bytes_.compare_exchange_weak(live, live + bytes, std::memory_order_relaxed));
+      if (over) {
+        for (ledger* r = this; r != l; r = r->parent_)
+          r->take_back(bytes);
+        l->over_budget(bytes, live);
+      }
     }
-    for (ledger* l = this; l != nullptr; l = l->parent_) {
-      l->count_.fetch_add(1, std::memory_order_relaxed);
-      l->raise_peak();
-    }
-    retain();
+    return true;
   }
 
-  /// Reverses charge(bytes) and record() (slot), and drops the buffer's reference.
+  /// Reverses charge(bytes) (charged: what it returned) when the allocation was not made.
+  void cancel(std::size_t bytes, bool charged) noexcept {
+    if (!charged) return;
+    for (ledger* l = this; l != nullptr; l = l->parent_) {
+      const std::lock_guard<spin_lock> lock(l->lock_);
+      l->bytes_ -= bytes;
+    }
+  }
+
+  static constexpr std::uint32_t no_slot = 0xFFFFFFFFu;
+
+  /// Counts the allocation of bytes at ptr on stream here and in every enclosing ledger (its
+  /// bytes too, unless charge() took them: charged), remembers it for the leak report (tag, file,
+  /// line: strings that outlive it) and takes a reference for it; returns its slot. The stream is
+  /// noted here only: a nested session synchronizes its own streams, and passes them on to its
+  /// parent when allocations outlive it (passed_on). Throws std::bad_alloc, changing nothing
+  /// (rarely: the slots grow by doubling).
+  std::uint32_t enter(const void* ptr, std::size_t bytes, cudaStream_t stream, const char* tag,
+                      const char* file, unsigned line, bool charged) {
+    if (stream != stream_) note_stream(stream);
+    std::uint32_t slot = no_slot;
+    {
+      const std::lock_guard<spin_lock> lock(lock_);
+      slot = free_slot_;
+      if (slot != no_slot) {
+        free_slot_ = records_[slot].line;
+      } else {
+        slot = static_cast<std::uint32_t>(records_.size());
+        records_.emplace_back();
+      }
+      records_[slot] = allocation_record{ptr, bytes, stream, tag, file, line};
+      ++refs_;
+      ++count_;
+      if (!charged) add_bytes(bytes);
+    }
+    for (ledger* l = parent_; l != nullptr; l = l->parent_) {
+      const std::lock_guard<spin_lock> lock(l->lock_);
+      ++l->count_;
+      if (!charged) l->add_bytes(bytes);
+    }
+    return slot;
+  }
+
+  /// Reverses charge() and enter() for the allocation in slot, and drops its reference.
   void discharge(std::size_t bytes, std::uint32_t slot) noexcept {
-    forget(slot);
-    discharge(bytes);
-  }
-
-  /// Reverses charge(bytes) and record() for the allocation at ptr.
-  void discharge(const void* ptr, std::size_t bytes) noexcept {
-    forget(ptr);
-    discharge(bytes);
-  }
-
-  /// Reverses charge(bytes) and drops the buffer's reference.
-  void discharge(std::size_t bytes) noexcept {
-    for (ledger* l = this; l != nullptr; l = l->parent_) {
-      l->bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-      l->count_.fetch_sub(1, std::memory_order_relaxed);
+    for (ledger* l = parent_; l != nullptr; l = l->parent_) {
+      const std::lock_guard<spin_lock> lock(l->lock_);
+      l->bytes_ -= bytes;
+      --l->count_;
     }
-    release();
+    bool last = false;
+    {
+      const std::lock_guard<spin_lock> lock(lock_);
+      if (slot != no_slot) {
+        records_[slot].ptr = nullptr;
+        records_[slot].line = free_slot_;
+        free_slot_ = slot;
+      }
+      bytes_ -= bytes;
+      --count_;
+      last = --refs_ == 0;
+    }
+    if (last) destroy();
   }
+
+  /// Reverses charge() and enter() for the allocation at ptr (for adaptors, which free by
+  /// pointer), and drops its reference.
+  void discharge(const void* ptr, std::size_t bytes) noexcept { discharge(bytes, find(ptr)); }
 
   /// An allocation charged here is now freed on stream (device_allocation::set_stream).
   void moved_to(cudaStream_t stream, std::uint32_t slot) noexcept {
     for (ledger* l = this; l != nullptr; l = l->parent_)
       if (stream != l->stream_) l->note_stream(stream);
     if (slot == no_slot) return;
-    const std::lock_guard<spin_lock> lock(records_lock_);
+    const std::lock_guard<spin_lock> lock(lock_);
     records_[slot].stream = stream;
   }
 
-  static constexpr std::uint32_t no_slot = 0xFFFFFFFFu;
-
-  /// Remembers a charged allocation for the leak report; returns its slot.
-  /// Throws std::bad_alloc (rarely: the slots grow by doubling).
-  std::uint32_t record(const void* ptr, std::size_t bytes, cudaStream_t stream, const char* tag,
-                       const char* file, unsigned line) {
-    const std::lock_guard<spin_lock> lock(records_lock_);
-    std::uint32_t slot = free_slot_;
-    if (slot != no_slot) {
-      free_slot_ = records_[slot].line;
-    } else {
-      slot = static_cast<std::uint32_t>(records_.size());
-      records_.emplace_back();
-    }
-    records_[slot] = allocation_record{ptr, bytes, stream, tag, file, line};
-    return slot;
-  }
-
-  /// Forgets the allocation in slot.
-  void forget(std::uint32_t slot) noexcept {
-    if (slot == no_slot) return;
-    const std::lock_guard<spin_lock> lock(records_lock_);
-    records_[slot].ptr = nullptr;
-    records_[slot].line = free_slot_;
-    free_slot_ = slot;
-  }
-
-  /// Forgets the allocation at ptr (for adaptors, which free by pointer).
-  void forget(const void* ptr) noexcept {
-    if (ptr == nullptr) return;
-    std::uint32_t slot = no_slot;
-    {
-      const std::lock_guard<spin_lock> lock(records_lock_);
-      for (std::size_t i = records_.size(); i-- != 0;) {
-        if (records_[i].ptr == ptr) {
-          slot = static_cast<std::uint32_t>(i);
-          break;
-        }
-      }
-    }
-    forget(slot);
+  /// The slot of the live allocation at ptr; no_slot when none.
+  std::uint32_t find(const void* ptr) noexcept {
+    if (ptr == nullptr) return no_slot;
+    const std::lock_guard<spin_lock> lock(lock_);
+    for (std::size_t i = records_.size(); i-- != 0;)
+      if (records_[i].ptr == ptr) return static_cast<std::uint32_t>(i);
+    return no_slot;
   }
 
   /// The live allocations charged here and to every ledger under this one.
   void live_records(std::vector<named_record>& out) {
     const std::lock_guard<std::mutex> subs_lock(mutex_);
     {
-      const std::lock_guard<spin_lock> lock(records_lock_);
+      const std::lock_guard<spin_lock> lock(lock_);
       for (const allocation_record& r : records_)
         if (r.ptr != nullptr) out.push_back(named_record{r, name_});
     }
@@ -310,13 +330,22 @@ class ledger {
     return observed_reserved_.load(std::memory_order_relaxed);
   }
 
-  /// Drops the buffer's reference but leaves its bytes counted: its free failed, the memory is
-  /// still allocated, and the session reports it as a leak.
+  /// Drops the allocation's reference but leaves it counted and recorded: its free failed, the
+  /// memory is still allocated, and the session reports it as a leak.
   void abandon() noexcept { release(); }
 
-  std::size_t live_bytes() const noexcept { return bytes_.load(std::memory_order_relaxed); }
-  std::size_t live_allocations() const noexcept { return count_.load(std::memory_order_relaxed); }
-  std::size_t peak_bytes() const noexcept { return peak_.load(std::memory_order_relaxed); }
+  std::size_t live_bytes() const noexcept {
+    const std::lock_guard<spin_lock> lock(lock_);
+    return bytes_;
+  }
+  std::size_t live_allocations() const noexcept {
+    const std::lock_guard<spin_lock> lock(lock_);
+    return count_;
+  }
+  std::size_t peak_bytes() const noexcept {
+    const std::lock_guard<spin_lock> lock(lock_);
+    return peak_;
+  }
   std::size_t budget_bytes() const noexcept { return budget_; }
   const std::string& name() const noexcept { return name_; }
   ledger* parent() const noexcept { return parent_; }
@@ -347,7 +376,24 @@ class ledger {
     }
   }
 
-  void raise_peak() noexcept { raise(peak_, bytes_.load(std::memory_order_relaxed)); }
+  // Under lock_.
+  void add_bytes(std::size_t bytes) noexcept {
+    bytes_ += bytes;
+    if (bytes_ > peak_) peak_ = bytes_;
+  }
+
+  // Takes the lock.
+  void take_back(std::size_t bytes) noexcept {
+    const std::lock_guard<spin_lock> lock(lock_);
+    bytes_ -= bytes;
+  }
+
+  void destroy() noexcept {
+    ledger* parent = parent_;
+    if (parent != nullptr) parent->remove_sub(this);
+    delete this;
+    if (parent != nullptr) parent->release();
+  }
 
   [[noreturn]] CUSCOPE_DETAIL_COLD void over_budget(std::size_t bytes, std::size_t live) const {
     throw out_of_memory(bytes,
@@ -358,22 +404,24 @@ class ledger {
                         cudaSuccess);
   }
 
+  // What an allocation touches first, together.
+  mutable spin_lock lock_;  // refs_, bytes_, count_, peak_, records_ and free_slot_
+  std::uint32_t free_slot_ = no_slot;
   ledger* parent_;
-  std::size_t budget_;
-  std::string name_;
   cudaStream_t stream_;
-  std::vector<cudaStream_t> listed_;
-  std::atomic<std::size_t> refs_{1};
-  std::atomic<std::size_t> bytes_{0};
-  std::atomic<std::size_t> count_{0};
-  std::atomic<std::size_t> peak_{0};
-  std::atomic<std::size_t> observed_used_{0};
-  std::atomic<std::size_t> observed_reserved_{0};
+  std::size_t refs_ = 1;
+  std::size_t bytes_ = 0;
+  std::size_t count_ = 0;
+  std::size_t peak_ = 0;
+  std::vector<allocation_record> records_;
+  std::size_t budget_;
+  bool budgeted_;  // a budget here or in an enclosing ledger
   std::atomic<bool> other_streams_{false};
   std::atomic<bool> closed_flag_{false};
-  spin_lock records_lock_;  // records_ and free_slot_
-  std::vector<allocation_record> records_;
-  std::uint32_t free_slot_ = no_slot;
+  std::string name_;
+  std::vector<cudaStream_t> listed_;
+  std::atomic<std::size_t> observed_used_{0};
+  std::atomic<std::size_t> observed_reserved_{0};
   record_target recording_;
   std::mutex mutex_;  // children_, subs_, opened_ and closed_
   std::vector<ledger*> children_;
