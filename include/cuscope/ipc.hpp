@@ -149,12 +149,21 @@ class imported_pool {
         "pool descriptor " + std::to_string(descriptor.get()));
     constexpr int location_id = 0xB;  // cudaMemPoolAttrLocationId, named from CUDA 13.2 on
     int device = 0;
-    if (cudaMemPoolGetAttribute(handle_, static_cast<cudaMemPoolAttr>(location_id), &device) ==
-        cudaSuccess) {
-      device_ = device;
-    } else {
-      (void)cudaGetLastError();  // an older driver: the importing device is the current one
-      device_ = current_device();
+    const cudaError_t status =
+        cudaMemPoolGetAttribute(handle_, static_cast<cudaMemPoolAttr>(location_id), &device);
+    try {  // the pool is imported: a failure from here on must not leak it
+      if (status == cudaSuccess) {
+        device_ = device;
+      } else if (status == cudaErrorInvalidValue) {
+        (void)cudaGetLastError();  // an older driver: the importing device is the current one
+        device_ = current_device();
+      } else {
+        CUSCOPE_DETAIL_CHECK_FOR(status, "cudaMemPoolGetAttribute(handle_, location id, &device)",
+                                 "imported pool " + detail::format_pointer(handle_));
+      }
+    } catch (...) {
+      end();
+      throw;
     }
   }
 
@@ -335,9 +344,12 @@ class imported_allocation {
   void free() noexcept {
     if (data_ != nullptr) {
       const detail::stream_device_guard_nothrow on(stream_, device_);
-      (void)CUSCOPE_DETAIL_CLEANUP(cudaFreeAsync(data_, stream_), "cuscope::imported_allocation",
-                                   data_);
-      if (ledger_ != nullptr) ledger_->discharge(bytes_, slot_);
+      if (CUSCOPE_DETAIL_CLEANUP_BYTES(cudaFreeAsync(data_, stream_),
+                                       "cuscope::imported_allocation", data_, bytes_)) {
+        if (ledger_ != nullptr) ledger_->discharge(bytes_, slot_);
+      } else if (ledger_ != nullptr) {
+        ledger_->abandon();  // still mapped: the session goes on counting it, as a leak
+      }
     }
     data_ = nullptr;
     bytes_ = 0;
@@ -426,9 +438,10 @@ class imported_buffer {
 /// not destroy its event before this one is done with it.
 /// @throws cuda_error when the handle does not open.
 [[nodiscard]] inline event open_ipc_event(const cudaIpcEventHandle_t& handle) {
+  const int device = current_device();  // first: a failure after the open would leak the event
   cudaEvent_t e = nullptr;
   CUSCOPE_DETAIL_TRY_FOR(cudaIpcOpenEventHandle(&e, handle), "an interprocess event handle");
-  return event::adopt(e, current_device());
+  return event::adopt(e, device);
 }
 
 namespace detail {
