@@ -46,15 +46,20 @@ class pinned_memory_pool : public detail::pool_base<pinned_memory_pool> {
  public:
   /// @brief Whether device can use host memory pools here: the headers cuscope was compiled with
   /// know them and the device says it supports them.
-  /// @throws std::invalid_argument for an invalid device.
+  /// @throws std::invalid_argument for an invalid device; cuda_error when the device cannot be
+  /// asked.
   [[nodiscard]] static bool supported(int device) {
     detail::check_device(device, "cuscope::pinned_memory_pool::supported");
 #if CUSCOPE_HAS_PINNED_MEMORY_POOL
     int value = 0;
-    if (cudaDeviceGetAttribute(&value, CUSCOPE_DETAIL_HOST_POOL_ATTRIBUTE, device) != cudaSuccess) {
+    const cudaError_t status =
+        cudaDeviceGetAttribute(&value, CUSCOPE_DETAIL_HOST_POOL_ATTRIBUTE, device);
+    if (status == cudaErrorInvalidValue) {
       (void)cudaGetLastError();  // a driver that does not know the attribute
       return false;
     }
+    CUSCOPE_DETAIL_CHECK_FOR(status, "cudaDeviceGetAttribute(&value, host memory pools supported)",
+                             "device " + std::to_string(device));
     return value != 0;
 #else
     return false;
@@ -71,7 +76,8 @@ class pinned_memory_pool : public detail::pool_base<pinned_memory_pool> {
       detail::throw_cuda_error(cudaErrorNotSupported, "cudaMemPoolCreate", __FILE__, __LINE__,
                                "pinned_memory_pool for device " + std::to_string(device_) +
                                    ": host memory pools need CUDA 12.9 or newer and a device "
-                                   "that supports them");
+                                   "that supports them (cudaDeviceGetAttribute answered 0, or "
+                                   "cudaErrorInvalidValue from a driver that does not know them)");
 #if CUSCOPE_HAS_PINNED_MEMORY_POOL
     if (options.export_handle != pool_export::none)
       throw std::invalid_argument(
