@@ -246,7 +246,7 @@ class device_allocation {
     const detail::record_target target = accounting->recording();
     void* p = nullptr;
     try {
-      p = pool.allocate(stream_ref(stream_), bytes, policy, target);
+      p = pool.allocate_recorded(stream_ref(stream_), bytes, policy, target);
       slot_ = accounting->enter(p, bytes, stream_, tag, site.file, site.line, charged);
     } catch (...) {
       // Only enter() throws with p allocated (std::bad_alloc): the free is recorded where the
@@ -266,7 +266,7 @@ class device_allocation {
     if (detail::free_async_nothrow(data_, stream_, device_, bytes_)) {
       const detail::record_target target = ledger_->recording();
       if (detail::may_record(target))
-        detail::notify_free(target, device_, pool_, stream_, data_, bytes_);
+        detail::record_free(target, device_, pool_, stream_, data_, bytes_);
       ledger_->discharge(bytes_, slot_);
     } else {
       // Still allocated: the session goes on counting it, and names it as a leak.

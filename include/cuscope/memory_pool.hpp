@@ -298,6 +298,23 @@ class pool_base {
     return allocate_failed(stream, bytes, status, policy, target);
   }
 
+  /// @brief (Internal) As allocate(stream, bytes, policy, target), for bytes > 0, writing the
+  /// event into target's recorder in place: a session's counted allocation, out of line itself.
+  [[nodiscard]] CUSCOPE_DETAIL_HOT_INLINE void* allocate_recorded(
+      stream_ref stream, std::size_t bytes, alloc_policy policy,
+      detail::record_target target) const {
+    if (detail::is_default_stream(stream.get()))
+      return allocate_on_device(stream, bytes, policy, target);
+    void* p = nullptr;
+    const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
+    if (status == cudaSuccess) {
+      if (detail::may_record(target))
+        detail::record_allocate(target, self().device_, self().handle_, stream.get(), p, bytes);
+      return p;
+    }
+    return allocate_failed(stream, bytes, status, policy, target);
+  }
+
   /// @brief Frees memory from allocate() in stream order: later work on stream may reuse it.
   /// Enqueued on stream (a default stream handle names the default stream of the pool's device);
   /// does not synchronize. bytes is what was allocated (unused by CUDA).
@@ -410,7 +427,8 @@ class pool_base {
       status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
       if (status == cudaSuccess) {
         if (rec != nullptr)
-          rec->on_allocate(self().device_, self().handle_, stream.get(), p, bytes, target.scope);
+          rec->record_allocate(self().device_, self().handle_, stream.get(), p, bytes,
+                               target.scope);
         return p;
       }
       (void)cudaGetLastError();

@@ -113,14 +113,17 @@ class recorder final : public detail::recorder_hook {
   /// @brief A recorder with options.
   /// @throws std::invalid_argument for a capacity of 0 or above 2^40.
   explicit recorder(recorder_options options = {})
-      : interval_ticks_(0), start_ticks_(ticks()), start_(std::chrono::steady_clock::now()) {
+      : detail::recorder_hook(&steady_ticks),
+        start_ticks_(ticks()),
+        start_(std::chrono::steady_clock::now()) {
     if (options.capacity == 0 || options.capacity > (std::size_t{1} << 40))
       throw std::invalid_argument("cuscope::recorder: capacity must be between 1 and 2^40 events");
     std::size_t cap = 1;
     while (cap < options.capacity)
       cap <<= 1;
     mask_ = cap - 1;
-    slots_.reset(new slot[cap]);
+    ring_.reset(new slot[cap]);
+    slots_ = ring_.get();
     for (std::size_t i = 0; i < cap; ++i)
       slots_[i].seq.store(0, std::memory_order_relaxed);
     interval_ns_ = options.sample_interval.count() < 0 ? 0 : options.sample_interval.count();
@@ -192,55 +195,39 @@ class recorder final : public detail::recorder_hook {
   // Recording. Called by pools, buffers and sessions; callable by anyone who allocates on their
   // own. None allocates or throws.
 
-  /// @brief Records an allocation; samples the pool and device when sample_interval has passed.
-  CUSCOPE_DETAIL_HOT_INLINE void record_allocate(int device, cudaMemPool_t pool,
-                                                 cudaStream_t stream, const void* ptr,
-                                                 std::size_t bytes,
-                                                 std::uint32_t scope = 0) noexcept {
-    const std::uint64_t now = ticks();
-    write(now, memory_event_kind::allocate, scope, device, pool, stream, ptr, bytes, 0, 0);
-    maybe_sample(now, device, pool);
-  }
-
-  /// @brief Records a stream-ordered free, when it is enqueued.
-  CUSCOPE_DETAIL_HOT_INLINE void record_free(int device, cudaMemPool_t pool, cudaStream_t stream,
-                                             const void* ptr, std::size_t bytes) noexcept {
-    const std::uint64_t now = ticks();
-    write(now, memory_event_kind::free, 0, device, pool, stream, ptr, bytes, 0, 0);
-    maybe_sample(now, device, pool);
-  }
+  // record_allocate(device, pool, stream, ptr, bytes, scope) and record_free(device, pool,
+  // stream, ptr, bytes), the hot path, are detail::recorder_hook's.
 
   /// @brief Records that stream (every stream of device when whole_device) was synchronized:
   /// the frees enqueued on it before have run.
   void record_synchronize(int device, cudaStream_t stream, bool whole_device = false) noexcept {
-    write(ticks(), memory_event_kind::synchronize, 0, device, nullptr, stream, nullptr, 0,
-          whole_device ? 1 : 0, 0);
+    put(ticks(), memory_event_kind::synchronize, 0, device, nullptr, stream, nullptr, 0,
+        whole_device ? 1 : 0, 0);
   }
 
   /// @brief Records a trim of pool keeping keep_bytes, then samples it.
   void record_trim(int device, cudaMemPool_t pool, std::size_t keep_bytes) noexcept {
-    write(ticks(), memory_event_kind::trim, 0, device, pool, nullptr, nullptr, keep_bytes, 0, 0);
+    put(ticks(), memory_event_kind::trim, 0, device, pool, nullptr, nullptr, keep_bytes, 0, 0);
     sample(device, pool);
   }
 
   /// @brief Records a change of pool's release threshold to bytes.
   void record_threshold(int device, cudaMemPool_t pool, std::size_t bytes) noexcept {
-    write(ticks(), memory_event_kind::set_threshold, 0, device, pool, nullptr, nullptr, bytes, 0,
-          0);
+    put(ticks(), memory_event_kind::set_threshold, 0, device, pool, nullptr, nullptr, bytes, 0, 0);
   }
 
   /// @brief Records a failed allocation of bytes from pool, then samples it.
   void record_out_of_memory(int device, cudaMemPool_t pool, cudaStream_t stream, std::size_t bytes,
                             std::uint32_t scope = 0) noexcept {
-    write(ticks(), memory_event_kind::out_of_memory, scope, device, pool, stream, nullptr, bytes, 0,
-          0);
+    put(ticks(), memory_event_kind::out_of_memory, scope, device, pool, stream, nullptr, bytes, 0,
+        0);
     sample(device, pool);
   }
 
   /// @brief Records that a failed allocation of bytes is retried after a synchronization and trim.
   void record_retry(int device, cudaMemPool_t pool, cudaStream_t stream,
                     std::size_t bytes) noexcept {
-    write(ticks(), memory_event_kind::retry, 0, device, pool, stream, nullptr, bytes, 0, 0);
+    put(ticks(), memory_event_kind::retry, 0, device, pool, stream, nullptr, bytes, 0, 0);
   }
 
   /// @brief Records the beginning of a session named name (nested in parent, 0 for none) and
@@ -256,7 +243,7 @@ class recorder final : public detail::recorder_hook {
     } catch (...) {
       return 0;
     }
-    write(ticks(), memory_event_kind::session_begin, id, device, pool, nullptr, nullptr, 0, 0, 0);
+    put(ticks(), memory_event_kind::session_begin, id, device, pool, nullptr, nullptr, 0, 0, 0);
     sample(device, pool);
     return id;
   }
@@ -275,8 +262,8 @@ class recorder final : public detail::recorder_hook {
       pool = sessions_[id - 1].pool;
     }
     sample(device, pool);
-    write(ticks(), memory_event_kind::session_end, id, device, pool, nullptr, nullptr, leaked_bytes,
-          leaked_allocations, 0);
+    put(ticks(), memory_event_kind::session_end, id, device, pool, nullptr, nullptr, leaked_bytes,
+        leaked_allocations, 0);
   }
 
   /// @brief Records a sample of pool's used and reserved bytes and of device's free memory (a
@@ -301,20 +288,12 @@ class recorder final : public detail::recorder_hook {
       (void)cudaGetLastError();
       return;
     }
-    write(ticks(), memory_event_kind::sample, 0, device, pool, nullptr, nullptr, used, reserved,
-          free_bytes);
+    put(ticks(), memory_event_kind::sample, 0, device, pool, nullptr, nullptr, used, reserved,
+        free_bytes);
   }
 
  private:
   // What pools, allocations and sessions call, through detail::recorder_hook.
-  void on_allocate(int device, cudaMemPool_t pool, cudaStream_t stream, const void* ptr,
-                   std::size_t bytes, std::uint32_t scope) noexcept override {
-    record_allocate(device, pool, stream, ptr, bytes, scope);
-  }
-  void on_free(int device, cudaMemPool_t pool, cudaStream_t stream, const void* ptr,
-               std::size_t bytes) noexcept override {
-    record_free(device, pool, stream, ptr, bytes);
-  }
   void on_trim(int device, cudaMemPool_t pool, std::size_t keep_bytes) noexcept override {
     record_trim(device, pool, keep_bytes);
   }
@@ -330,27 +309,11 @@ class recorder final : public detail::recorder_hook {
     record_out_of_memory(device, pool, stream, bytes, scope);
   }
 
-  // One event in eight words, each written and read atomically (relaxed), guarded by seq: 0 when
-  // never written, 2i+1 while event i is written, 2i+2 once it is complete.
-  struct slot {
-    std::atomic<std::uint64_t> seq;
-    std::atomic<std::uint64_t> w[8];
-  };
-
-  static std::uint64_t ticks() noexcept {
-    // The time-stamp counter costs a few instructions where the steady clock costs a call; its
-    // rate is measured against the steady clock when events are read.
-#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
-    return static_cast<std::uint64_t>(__builtin_ia32_rdtsc());
-#else
+  // The steady clock's nanoseconds, the ticks where there is no time-stamp counter.
+  static std::uint64_t steady_ticks() noexcept {
     return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                           std::chrono::steady_clock::now().time_since_epoch())
                                           .count());
-#endif
-  }
-
-  static std::uint64_t bits(const void* p) noexcept {
-    return reinterpret_cast<std::uintptr_t>(p);
   }
 
   // Converts ticks to nanoseconds with the rate measured between construction and now.
@@ -369,51 +332,19 @@ class recorder final : public detail::recorder_hook {
     interval_ticks_.store(static_cast<std::uint64_t>(interval), std::memory_order_relaxed);
   }
 
-  void maybe_sample(std::uint64_t now, int device, cudaMemPool_t pool) noexcept {
-    const std::uint64_t last = last_sample_.load(std::memory_order_relaxed);
-    if (now - last >= interval_ticks_.load(std::memory_order_relaxed))
-      sample_at(now, last, device, pool);
-  }
-
   // Out of line, so that recording an allocation or a free saves no registers for it.
   CUSCOPE_DETAIL_NOINLINE void sample_at(std::uint64_t now, std::uint64_t last, int device,
-                                         cudaMemPool_t pool) noexcept {
+                                         cudaMemPool_t pool) noexcept override {
     if (!last_sample_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
     calibrate();
     sample(device, pool);
   }
 
-  CUSCOPE_DETAIL_HOT_INLINE void write(std::uint64_t now, memory_event_kind kind,
-                                       std::uint32_t scope, int device, cudaMemPool_t pool,
-                                       cudaStream_t stream, const void* ptr, std::size_t bytes,
-                                       std::size_t value, std::size_t device_free) noexcept {
-    const std::uint64_t i = head_.fetch_add(1, std::memory_order_acq_rel);
-    slot& s = slots_[i & mask_];
-    // Claims the slot: a writer of an older event that a full ring overtook gives up; one of a
-    // newer event waits for the slot's current writer.
-    std::uint64_t seq = s.seq.load(std::memory_order_relaxed);
-    for (;;) {
-      if (seq >= 2 * i + 1) return;  // counted by dropped(): the ring has wrapped past i
-      if ((seq & 1) != 0) {
-        seq = s.seq.load(std::memory_order_relaxed);
-        continue;
-      }
-      if (s.seq.compare_exchange_weak(seq, 2 * i + 1, std::memory_order_acquire,
-                                      std::memory_order_relaxed))
-        break;
-    }
-    std::atomic_thread_fence(std::memory_order_release);
-    s.w[0].store(now, std::memory_order_relaxed);
-    s.w[1].store(static_cast<std::uint64_t>(kind) | (std::uint64_t{scope} << 8) |
-                     (static_cast<std::uint64_t>(static_cast<std::uint32_t>(device)) << 40),
-                 std::memory_order_relaxed);
-    s.w[2].store(bits(pool), std::memory_order_relaxed);
-    s.w[3].store(bits(stream), std::memory_order_relaxed);
-    s.w[4].store(bits(ptr), std::memory_order_relaxed);
-    s.w[5].store(bytes, std::memory_order_relaxed);
-    s.w[6].store(value, std::memory_order_relaxed);
-    s.w[7].store(device_free, std::memory_order_relaxed);
-    s.seq.store(2 * i + 2, std::memory_order_release);
+  void put(std::uint64_t now, memory_event_kind kind, std::uint32_t scope, int device,
+           cudaMemPool_t pool, cudaStream_t stream, const void* ptr, std::size_t bytes,
+           std::size_t value, std::size_t device_free) noexcept {
+    write(now, static_cast<std::uint64_t>(kind), scope, device, pool, stream, ptr, bytes, value,
+          device_free);
   }
 
   bool read(std::uint64_t i, memory_event& e) const noexcept {
@@ -439,11 +370,10 @@ class recorder final : public detail::recorder_hook {
     return true;
   }
 
-  std::unique_ptr<slot[]> slots_;
-  std::size_t mask_ = 0;
-  alignas(64) std::atomic<std::uint64_t> head_{0};
-  alignas(64) std::atomic<std::uint64_t> last_sample_{0};
-  mutable std::atomic<std::uint64_t> interval_ticks_;
+  std::unique_ptr<slot[]> ring_;  // slots_
+  static_assert(static_cast<std::uint64_t>(memory_event_kind::allocate) == allocate_event &&
+                    static_cast<std::uint64_t>(memory_event_kind::free) == free_event,
+                "the hook writes allocations and frees with these codes");
   mutable std::atomic<double> ns_per_tick_{1.0};
   std::int64_t interval_ns_ = 0;
   std::uint64_t start_ticks_;

@@ -156,12 +156,8 @@ class ledger {
     {
       const std::lock_guard<spin_lock> lock(lock_);
       slot = free_slot_;
-      if (slot != no_slot) {
-        free_slot_ = records_[slot].line;
-      } else {
-        slot = static_cast<std::uint32_t>(records_.size());
-        records_.emplace_back();
-      }
+      if (slot == no_slot) slot = grow();
+      free_slot_ = records_[slot].line;
       records_[slot] = allocation_record{ptr, bytes, stream, tag, file, line};
       ++refs_;
       ++count_;
@@ -380,6 +376,13 @@ class ledger {
   void add_bytes(std::size_t bytes) noexcept {
     bytes_ += bytes;
     if (bytes_ > peak_) peak_ = bytes_;
+  }
+
+  // Under lock_: a new free slot, the last; throws std::bad_alloc.
+  CUSCOPE_DETAIL_NOINLINE std::uint32_t grow() {
+    const auto slot = static_cast<std::uint32_t>(records_.size());
+    records_.push_back(allocation_record{nullptr, 0, nullptr, nullptr, nullptr, no_slot});
+    return slot;
   }
 
   // Takes the lock.

@@ -22,25 +22,132 @@
 
 namespace cuscope::detail {
 
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#  define CUSCOPE_DETAIL_RECORDER_TSC 1
+#else
+#  define CUSCOPE_DETAIL_RECORDER_TSC 0
+#endif
+
 /// Receives what pools, allocations and sessions do; cuscope::recorder implements it. None of
 /// the calls allocates or throws.
+///
+/// Allocations and frees, the events of the hot path, are written into the recorder's ring here,
+/// without a virtual call: the ring's writing half lives in this class, its reading half and every
+/// other event in cuscope::recorder.
 class recorder_hook {
  public:
-  recorder_hook() = default;
   recorder_hook(const recorder_hook&) = delete;
   recorder_hook& operator=(const recorder_hook&) = delete;
   virtual ~recorder_hook() = default;
 
-  virtual void on_allocate(int device, cudaMemPool_t pool, cudaStream_t stream, const void* ptr,
-                           std::size_t bytes, std::uint32_t scope) noexcept = 0;
-  virtual void on_free(int device, cudaMemPool_t pool, cudaStream_t stream, const void* ptr,
-                       std::size_t bytes) noexcept = 0;
+  /// @brief Records an allocation; samples the pool and device when sample_interval has passed.
+  CUSCOPE_DETAIL_HOT_INLINE void record_allocate(int device, cudaMemPool_t pool,
+                                                 cudaStream_t stream, const void* ptr,
+                                                 std::size_t bytes,
+                                                 std::uint32_t scope = 0) noexcept {
+    const std::uint64_t now = ticks();
+    write(now, allocate_event, scope, device, pool, stream, ptr, bytes, 0, 0);
+    maybe_sample(now, device, pool);
+  }
+
+  /// @brief Records a stream-ordered free, when it is enqueued.
+  CUSCOPE_DETAIL_HOT_INLINE void record_free(int device, cudaMemPool_t pool, cudaStream_t stream,
+                                             const void* ptr, std::size_t bytes) noexcept {
+    const std::uint64_t now = ticks();
+    write(now, free_event, 0, device, pool, stream, ptr, bytes, 0, 0);
+    maybe_sample(now, device, pool);
+  }
+
   virtual void on_trim(int device, cudaMemPool_t pool, std::size_t keep_bytes) noexcept = 0;
   virtual void on_threshold(int device, cudaMemPool_t pool, std::size_t bytes) noexcept = 0;
   virtual void on_retry(int device, cudaMemPool_t pool, cudaStream_t stream,
                         std::size_t bytes) noexcept = 0;
   virtual void on_out_of_memory(int device, cudaMemPool_t pool, cudaStream_t stream,
                                 std::size_t bytes, std::uint32_t scope) noexcept = 0;
+
+ protected:
+  // The codes of memory_event_kind::allocate and ::free (recorder.hpp checks them).
+  static constexpr std::uint64_t allocate_event = 0;
+  static constexpr std::uint64_t free_event = 1;
+
+  using clock_fn = std::uint64_t (*)() noexcept;
+
+  /// clock: the ticks where the CPU has no time-stamp counter cuscope reads (the steady clock's,
+  /// given by the recorder, so that this header needs no <chrono>).
+  explicit recorder_hook(clock_fn clock) noexcept : clock_(clock) {}
+
+  // One event in eight words, each written and read atomically (relaxed), guarded by seq: 0 when
+  // never written, 2i+1 while event i is written, 2i+2 once it is complete.
+  struct slot {
+    std::atomic<std::uint64_t> seq;
+    std::atomic<std::uint64_t> w[8];
+  };
+
+  std::uint64_t ticks() const noexcept {
+    // The time-stamp counter costs a few instructions where the steady clock costs a call; its
+    // rate is measured against the steady clock when events are read.
+#if CUSCOPE_DETAIL_RECORDER_TSC
+    return static_cast<std::uint64_t>(__builtin_ia32_rdtsc());
+#else
+    return clock_();
+#endif
+  }
+
+  static std::uint64_t bits(const void* p) noexcept {
+    return reinterpret_cast<std::uintptr_t>(p);
+  }
+
+  CUSCOPE_DETAIL_HOT_INLINE void write(std::uint64_t now, std::uint64_t kind, std::uint32_t scope,
+                                       int device, cudaMemPool_t pool, cudaStream_t stream,
+                                       const void* ptr, std::size_t bytes, std::size_t value,
+                                       std::size_t device_free) noexcept {
+    const std::uint64_t i = head_.fetch_add(1, std::memory_order_acq_rel);
+    slot& s = slots_[i & mask_];
+    // Claims the slot: a writer of an older event that a full ring overtook gives up; one of a
+    // newer event waits for the slot's current writer.
+    std::uint64_t seq = s.seq.load(std::memory_order_relaxed);
+    for (;;) {
+      if (seq >= 2 * i + 1) return;  // counted by dropped(): the ring has wrapped past i
+      if ((seq & 1) != 0) {
+        seq = s.seq.load(std::memory_order_relaxed);
+        continue;
+      }
+      if (s.seq.compare_exchange_weak(seq, 2 * i + 1, std::memory_order_acquire,
+                                      std::memory_order_relaxed))
+        break;
+    }
+    std::atomic_thread_fence(std::memory_order_release);
+    s.w[0].store(now, std::memory_order_relaxed);
+    s.w[1].store(kind | (std::uint64_t{scope} << 8) |
+                     (static_cast<std::uint64_t>(static_cast<std::uint32_t>(device)) << 40),
+                 std::memory_order_relaxed);
+    s.w[2].store(bits(pool), std::memory_order_relaxed);
+    s.w[3].store(bits(stream), std::memory_order_relaxed);
+    s.w[4].store(bits(ptr), std::memory_order_relaxed);
+    s.w[5].store(bytes, std::memory_order_relaxed);
+    s.w[6].store(value, std::memory_order_relaxed);
+    s.w[7].store(device_free, std::memory_order_relaxed);
+    s.seq.store(2 * i + 2, std::memory_order_release);
+  }
+
+  /// Samples the pool and the device at now, unless another thread did since last (called when
+  /// sample_interval has passed; out of line in the recorder).
+  virtual void sample_at(std::uint64_t now, std::uint64_t last, int device,
+                         cudaMemPool_t pool) noexcept = 0;
+
+  slot* slots_ = nullptr;  // the ring, owned by the recorder
+  std::size_t mask_ = 0;
+  clock_fn clock_;
+  alignas(64) std::atomic<std::uint64_t> head_{0};
+  alignas(64) std::atomic<std::uint64_t> last_sample_{0};
+  mutable std::atomic<std::uint64_t> interval_ticks_{0};
+
+ private:
+  void maybe_sample(std::uint64_t now, int device, cudaMemPool_t pool) noexcept {
+    const std::uint64_t last = last_sample_.load(std::memory_order_relaxed);
+    if (now - last >= interval_ticks_.load(std::memory_order_relaxed))
+      sample_at(now, last, device, pool);
+  }
 };
 
 /// Where an allocation is recorded: into hook under the session id scope, or, with no hook, into
@@ -117,13 +224,34 @@ CUSCOPE_DETAIL_NOINLINE inline void notify_allocate(record_target target, int de
                                                     cudaMemPool_t pool, cudaStream_t stream,
                                                     const void* ptr, std::size_t bytes) noexcept {
   if (recorder_hook* h = hook_for(pool, target))
-    h->on_allocate(device, pool, stream, ptr, bytes, target.scope);
+    h->record_allocate(device, pool, stream, ptr, bytes, target.scope);
 }
 
 CUSCOPE_DETAIL_NOINLINE inline void notify_free(record_target target, int device,
                                                 cudaMemPool_t pool, cudaStream_t stream,
                                                 const void* ptr, std::size_t bytes) noexcept {
-  if (recorder_hook* h = hook_for(pool, target)) h->on_free(device, pool, stream, ptr, bytes);
+  if (recorder_hook* h = hook_for(pool, target)) h->record_free(device, pool, stream, ptr, bytes);
+}
+
+/// Records an allocation into target: into its session's recorder in place, else into the one
+/// attached to pool, looked up out of line. What the hot paths call.
+CUSCOPE_DETAIL_HOT_INLINE inline void record_allocate(record_target target, int device,
+                                                      cudaMemPool_t pool, cudaStream_t stream,
+                                                      const void* ptr, std::size_t bytes) noexcept {
+  if (target.hook != nullptr)
+    target.hook->record_allocate(device, pool, stream, ptr, bytes, target.scope);
+  else if (any_pool_recorded())
+    notify_allocate({}, device, pool, stream, ptr, bytes);
+}
+
+/// Records a free into target, as record_allocate(target, ...) does.
+CUSCOPE_DETAIL_HOT_INLINE inline void record_free(record_target target, int device,
+                                                  cudaMemPool_t pool, cudaStream_t stream,
+                                                  const void* ptr, std::size_t bytes) noexcept {
+  if (target.hook != nullptr)
+    target.hook->record_free(device, pool, stream, ptr, bytes);
+  else if (any_pool_recorded())
+    notify_free({}, device, pool, stream, ptr, bytes);
 }
 
 // Empties the entries that match; called with the lock held.
