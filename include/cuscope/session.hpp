@@ -358,7 +358,7 @@ struct admission_options {
 
 /// @brief Where sessions hand their reports as they end (session_options::report_to).
 /// json_line_sink (<cuscope/json_line_sink.hpp>) writes each as one JSON line to a file, a stream
-/// or a callback; derive from it to send reports elsewhere.
+/// or a callback; other sinks derive from report_sink.
 class report_sink {
  public:
   virtual ~report_sink() = default;
