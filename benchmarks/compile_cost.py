@@ -209,11 +209,12 @@ def main():
     tables = [{"title": title, "columns": columns, "rows": rows}]
     nvcc_results = {}
     if a.nvcc:
-        nvcc_results, nvcc_table, nvcc_headline = measure_nvcc(a.nvcc, flags, runs)
+        nvcc_results, nvcc_table, nvcc_headline = measure_nvcc(a.nvcc, flags, runs, a.baseline)
         tables.append(nvcc_table)
         headline += nvcc_headline
     if headers:
-        tables.append(header_table(results, headers, version, runs, a.baseline))
+        tables.append(header_table(results, ["cuscope/cuscope.hpp"] + headers, version, runs,
+                                   a.baseline))
     if a.json:
         for r in results.values():
             r.pop("wall_s")
@@ -247,9 +248,10 @@ NVCC_ARCHS = {
 }
 
 
-def measure_nvcc(nvcc, flags, runs):
+def measure_nvcc(nvcc, flags, runs, baseline=None):
     """nvcc -c of a kernel with <cuda_runtime.h> alone and with <cuscope/cuscope.hpp>, for one and
-    four architectures, interleaved in rounds. Returns (results, table, headline)."""
+    four architectures, interleaved in rounds. Returns (results, table, headline). With the JSON
+    of an earlier run with --nvcc as baseline, its added seconds are shown beside."""
     lines = subprocess.run([nvcc, "--version"], stdout=subprocess.PIPE,
                            universal_newlines=True).stdout.strip().splitlines()
     version = next((l for l in lines if "release" in l), lines[-1] if lines else nvcc)
@@ -283,6 +285,17 @@ def measure_nvcc(nvcc, flags, runs):
              "%+.2f s" % (med[("cuscope", arch)] - med[("runtime", arch)])]
             for arch in NVCC_ARCHS]
     rows.append(["per extra architecture", "", "", "%+.2f s" % added_per_arch])
+    before = None
+    if baseline:
+        with open(baseline) as f:
+            before = json.load(f).get("nvcc")
+    if before:
+        b = lambda u, arch: before["nvcc %s, %s" % (u, arch)]["cpu_ms"]["median"] / 1e3
+        columns = columns + ["baseline: added by cuscope"]
+        for row, arch in zip(rows, NVCC_ARCHS):
+            row.append("%+.2f s" % (b("cuscope", arch) - b("runtime", arch)))
+        rows[-1].append("%+.2f s" % (((b("cuscope", four) - b("cuscope", one)) -
+                                      (b("runtime", four) - b("runtime", one))) / 3))
     title = "compile cost in nvcc translation units: %s, median CPU time of %d runs" % (
         version, runs)
     widths = [max(len(c), *(len(t[i]) for t in rows)) for i, c in enumerate(columns)]

@@ -3,6 +3,7 @@
 #include <cuscope/report.hpp>
 #include <cuscope/session.hpp>
 #include <cuscope/stream.hpp>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -848,4 +849,81 @@ TEST_CASE(
   CHECK(r.tracked_peak_bytes <= so.budget_bytes);
   CHECK(r.reserved_at_exit_bytes == 0);
   CHECK(pool.stats().used_bytes == 0);
+}
+
+TEST_CASE("session: the leak report lists leaks largest first, equal sizes in allocation order",
+          "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.on_leak = leak_policy::ignore;
+  session work(pool, s, o);
+  const std::size_t kib[] = {1, 3, 2, 3, 1, 2, 3, 4, 1};
+  const char* const tags[] = {"a", "b", "c", "d", "e", "f", "g", "h", "i"};
+  std::vector<device_buffer<char>> kept;
+  for (std::size_t i = 0; i < 9; ++i)
+    kept.push_back(work.make_buffer<char>(kib[i] * 1024, tags[i]));
+  const session_report& r = work.finish();
+  REQUIRE(r.leaks.size() == 9);
+  std::string order;
+  for (const cuscope::leaked_allocation& l : r.leaks)
+    order += l.tag;
+  CHECK(order == "hbdgcfaei");
+}
+
+namespace {
+
+int finished_sessions = 0;
+void count_finish(const session_report&) {
+  ++finished_sessions;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "session_options: on_finish and leak_sink hold lambdas, functions and std::function, copy "
+    "with the options and are empty when set to nullptr",
+    "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  CHECK_FALSE(o.on_finish);
+  CHECK_FALSE(o.leak_sink);
+  o.on_finish = &count_finish;
+  CHECK(o.on_finish);
+  const int before = finished_sessions;
+  { session work(pool, s, o); }
+  CHECK(finished_sessions == before + 1);
+
+  // A capture larger than the in-place storage, copied with the options.
+  std::vector<std::string> seen;
+  const std::string a = "first capture", b = "second capture", c = "third capture";
+  o.on_finish = [&seen, a, b, c](const session_report& r) { seen.push_back(r.name + a + b + c); };
+  session_options copy = o;
+  o.on_finish = nullptr;
+  CHECK_FALSE(o.on_finish);
+  CHECK(copy.on_finish);
+  copy.name = "copied";
+  { session work(pool, s, copy); }
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0] == "copiedfirst capturesecond capturethird capture");
+
+  // std::function converts, and a null function pointer leaves the callback empty.
+  int sunk = 0;
+  const std::function<void(const session_report&)> sink = [&sunk](const session_report& r) {
+    sunk += static_cast<int>(r.leaked_allocations);
+  };
+  copy.leak_sink = sink;
+  copy.on_finish = static_cast<void (*)(const session_report&)>(nullptr);
+  CHECK_FALSE(copy.on_finish);
+  session_options moved = std::move(copy);
+  CHECK(moved.leak_sink);
+  {
+    session work(pool, s, moved);
+    auto leaked = work.make_buffer<char>(256);
+    work.finish();
+  }
+  CHECK(sunk == 1);
 }

@@ -8,7 +8,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
-#include <functional>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -20,6 +19,7 @@
 
 #include "detail/batch_pipeline.hpp"
 #include "detail/batch_plan.hpp"
+#include "detail/callback.hpp"
 #include "device_span.hpp"
 #include "memory_pool.hpp"
 #include "stream.hpp"
@@ -52,7 +52,7 @@ struct producer_source {
   std::size_t samples = 0;
   /// @brief Called on the iterating thread as fill(first_sample, samples, out): writes samples
   /// samples (samples x batch_options::sample_elements elements) to out, page-locked memory.
-  std::function<void(std::size_t, std::size_t, T*)> fill;
+  detail::callback<void(std::size_t, std::size_t, T*)> fill;
 };
 
 /// @brief A producer of samples samples of T; fill(first_sample, count, T* out) writes count
@@ -391,7 +391,7 @@ namespace detail {
 struct batch_access {
   template <class T, class Out>
   static batch_range<T, Out> make(stream_ref stream, const T* host, std::size_t elements,
-                                  std::function<void(std::size_t, std::size_t, T*)> produce,
+                                  detail::callback<void(std::size_t, std::size_t, T*)> produce,
                                   std::size_t batch_size, memory_pool_ref pool,
                                   const batch_options& options, const batch_output<Out>* output,
                                   ledger* accounting = nullptr) {

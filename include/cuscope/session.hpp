@@ -6,14 +6,12 @@
 
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <stdexcept>
@@ -21,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "detail/callback.hpp"
 #include "detail/format.hpp"
 #include "detail/ledger.hpp"
 #include "device.hpp"
@@ -128,7 +127,9 @@ struct session_report {
   [[nodiscard]] bool complete() const noexcept { return errors.empty(); }
   /// @brief Whether figure (a member name, "driver_free_at_exit_bytes") was measured.
   [[nodiscard]] bool known(const std::string& figure) const {
-    return std::find(unknown.begin(), unknown.end(), figure) == unknown.end();
+    for (const std::string& u : unknown)
+      if (u == figure) return false;
+    return true;
   }
 
   /// @brief A few readable lines with human units; an unknown figure reads "unknown".
@@ -381,10 +382,10 @@ struct session_options {
   leak_policy on_leak = leak_policy::report;
   /// @brief Receives the report of a leaking session under leak_policy::report (and from the
   /// destructor under throw_exception); stderr when empty.
-  std::function<void(const session_report&)> leak_sink;
+  detail::callback<void(const session_report&)> leak_sink;
   /// @brief Receives every session's report when it ends, before the leak policy applies (to log
   /// each epoch, for instance).
-  std::function<void(const session_report&)> on_finish;
+  detail::callback<void(const session_report&)> on_finish;
   /// @brief Memory that must be available when the session begins, or its constructor throws
   /// admission_error (after trimming the pools and checking once more, under
   /// admission_policy::trim_and_retry). Asks nothing by default.
@@ -918,8 +919,8 @@ class session {
            report_.used_at_exit_bytes = s.used_bytes;
            account_untracked();
            // Memory released at the synchronization by a low release threshold went back too.
-           report_.reserved_at_finish_bytes =
-               std::max(report_.reserved_at_finish_bytes, s.reserved_bytes);
+           if (s.reserved_bytes > report_.reserved_at_finish_bytes)
+             report_.reserved_at_finish_bytes = s.reserved_bytes;
          });
     observe(ledger_->observed_used_peak(), ledger_->observed_reserved_peak());
     report_.leaked_allocations = ledger_->live_allocations();
@@ -1029,9 +1030,25 @@ class session {
       l.session = n.session;
       report_.leaks.push_back(std::move(l));
     }
-    std::stable_sort(
-        report_.leaks.begin(), report_.leaks.end(),
-        [](const leaked_allocation& a, const leaked_allocation& b) { return a.bytes > b.bytes; });
+    // Largest first, in recorded order among equal sizes: a bottom-up merge sort (stable), as
+    // std::stable_sort would, without <algorithm> in this header.
+    std::vector<leaked_allocation>& v = report_.leaks;
+    const std::size_t n = v.size();
+    std::vector<leaked_allocation> merged(n);
+    for (std::size_t width = 1; width < n; width *= 2) {
+      for (std::size_t lo = 0; lo < n; lo += 2 * width) {
+        const std::size_t mid = lo + width < n ? lo + width : n;
+        const std::size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+        std::size_t i = lo, j = mid, k = lo;
+        while (i < mid && j < hi)
+          merged[k++] = std::move(v[j].bytes > v[i].bytes ? v[j++] : v[i++]);
+        while (i < mid)
+          merged[k++] = std::move(v[i++]);
+        while (j < hi)
+          merged[k++] = std::move(v[j++]);
+      }
+      v.swap(merged);
+    }
   }
 
   // An unknown figure reads 0 rather than a partial value (the peak of the readings that worked).

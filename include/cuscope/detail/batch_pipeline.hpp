@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <cstring>
 #include <exception>
-#include <functional>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -29,6 +28,7 @@
 #include "../pinned_buffer.hpp"
 #include "../stream.hpp"
 #include "batch_plan.hpp"
+#include "callback.hpp"
 #include "ledger.hpp"
 
 namespace cuscope::detail {
@@ -73,7 +73,7 @@ class batch_pipeline {
   static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
 
  public:
-  using producer = std::function<void(std::size_t, std::size_t, T*)>;
+  using producer = callback<void(std::size_t, std::size_t, T*)>;
 
   /// Validates, cuts the source, and makes the streams, events and buffers (shrinking the batch
   /// when config.adapt_to_memory allows and memory is short). Nothing is enqueued until begin().

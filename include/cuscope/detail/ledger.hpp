@@ -6,7 +6,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -279,7 +278,7 @@ class ledger {
   template <class F>
   bool close_child(ledger* child, F&& last) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = std::find(children_.begin(), children_.end(), child);
+    const auto it = find_in(children_, child);
     if (it != children_.end()) children_.erase(it);
     if (!children_.empty()) return false;
     last(group_reserve_);
@@ -296,7 +295,7 @@ class ledger {
   /// The nested session of child has ended.
   void close_child(ledger* child) noexcept {
     const std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = std::find(children_.begin(), children_.end(), child);
+    const auto it = find_in(children_, child);
     if (it != children_.end()) children_.erase(it);
   }
 
@@ -356,14 +355,23 @@ class ledger {
 
   void remove_sub(ledger* sub) noexcept {
     const std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = std::find(subs_.begin(), subs_.end(), sub);
+    const auto it = find_in(subs_, sub);
     if (it != subs_.end()) subs_.erase(it);
   }
 
   void note_stream(cudaStream_t stream) noexcept {
     if (other_streams_.load(std::memory_order_relaxed)) return;
-    if (std::find(listed_.begin(), listed_.end(), stream) != listed_.end()) return;
+    if (find_in(listed_, stream) != listed_.end()) return;
     other_streams_.store(true, std::memory_order_relaxed);
+  }
+
+  // std::find without <algorithm>, which this header, included by every buffer, leaves out.
+  template <class V, class T>
+  static auto find_in(V& v, const T& x) noexcept -> decltype(v.begin()) {
+    auto it = v.begin();
+    while (it != v.end() && *it != x)
+      ++it;
+    return it;
   }
 
   static void raise(std::atomic<std::size_t>& peak, std::size_t now) noexcept {

@@ -5,8 +5,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <stdexcept>
@@ -33,7 +33,9 @@ CUSCOPE_DETAIL_COLD inline bool parse_env_amount(const std::string& text, env_am
   if (*begin == '\0' || *begin == '-' || *begin == '+') return false;
   char* end = nullptr;
   const double number = std::strtod(begin, &end);
-  if (end == begin || !std::isfinite(number) || number < 0) return false;
+  // Not NaN, not infinite, not negative: <cmath> is left out of a header that memory_pool.hpp
+  // includes.
+  if (end == begin || !(number >= 0 && number <= std::numeric_limits<double>::max())) return false;
   std::string unit(end);
   while (!unit.empty() && unit.front() == ' ')
     unit.erase(unit.begin());
@@ -72,8 +74,8 @@ CUSCOPE_DETAIL_COLD inline bool parse_env_amount(const std::string& text, env_am
     if (unit != s.name) continue;
     const double bytes = number * s.scale;
     if (bytes >= static_cast<double>(std::numeric_limits<std::size_t>::max())) return false;
-    if (s.scale == 1 && has_point) return false;  // "1.5 B"
-    out = env_amount{false, std::floor(bytes)};
+    if (s.scale == 1 && has_point) return false;                                      // "1.5 B"
+    out = env_amount{false, static_cast<double>(static_cast<std::uint64_t>(bytes))};  // floor
     return true;
   }
   return false;
@@ -166,7 +168,7 @@ inline pool_options pool_options::from_env(const std::string& name, pool_options
       detail::check_device(device, who);
       total = detail::device_total_bytes(device);
     }
-    into = static_cast<std::size_t>(std::floor(parsed.value * static_cast<double>(total)));
+    into = static_cast<std::size_t>(parsed.value * static_cast<double>(total));  // floor: >= 0
     note(std::string(field) + " = " + detail::format_bytes(into) + " from " + variable + "=" +
          value + " of " + detail::format_bytes(total) + " on device " + std::to_string(device));
   };
