@@ -9,13 +9,21 @@
 #include <stdexcept>
 #include <string>
 
+#include "detail/config.hpp"
 #include "error.hpp"
 
 namespace cuscope {
 
 /// @brief Number of CUDA devices; 0 when there are none.
 /// @throws cuda_error for failures other than having no device.
-[[nodiscard]] inline int device_count() {
+[[nodiscard]] int device_count();
+
+/// @brief The calling thread's current device.
+[[nodiscard]] int current_device();
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+
+inline int device_count() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver) {
@@ -26,12 +34,13 @@ namespace cuscope {
   return count;
 }
 
-/// @brief The calling thread's current device.
-[[nodiscard]] inline int current_device() {
+inline int current_device() {
   int device = 0;
   CUSCOPE_CUDA_TRY(cudaGetDevice(&device));
   return device;
 }
+
+#endif  // CUSCOPE_DETAIL_HOST_CODE
 
 namespace detail {
 
@@ -47,6 +56,10 @@ inline bool restore_device_nothrow(int device, const char* object) noexcept {
 
 /// Throws std::invalid_argument naming who asked when device is not a device of this machine, and
 /// cuda_error when the devices cannot be counted for another reason than having none.
+void check_device(int device, const char* who);
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+
 inline void check_device(int device, const char* who) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
@@ -66,6 +79,8 @@ inline void check_device(int device, const char* who) {
                                      : "") +
         ")");
 }
+
+#endif  // CUSCOPE_DETAIL_HOST_CODE
 
 }  // namespace detail
 

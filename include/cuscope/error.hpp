@@ -87,18 +87,24 @@ using cleanup_handler = void (*)(const cleanup_error&) noexcept;
 /// @brief The handler in use until another is set: prints one line to stderr and, in builds
 /// without NDEBUG or CUSCOPE_NO_CLEANUP_ASSERT, fails an assertion, as a failed cleanup means a
 /// bug (a stream destroyed twice, memory freed on a dead stream) or a broken device.
+void default_cleanup_handler(const cleanup_error& e) noexcept;
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+
 inline void default_cleanup_handler(const cleanup_error& e) noexcept {
   char bytes[48] = "";
   if (e.bytes != 0) std::snprintf(bytes, sizeof bytes, " (%zu bytes)", e.bytes);
   std::fprintf(stderr, "cuscope: cleanup failed: %s for %s %p%s: %s%s%s (%s:%d)\n", e.operation,
                e.object, e.handle, bytes, e.status != cudaSuccess ? cudaGetErrorName(e.status) : "",
                e.status != cudaSuccess ? ": " : "", e.message, e.file, e.line);
-#if !defined(CUSCOPE_NO_CLEANUP_ASSERT)
+#  if !defined(CUSCOPE_NO_CLEANUP_ASSERT)
   assert(false &&
          "cuscope: a cleanup step failed (define CUSCOPE_NO_CLEANUP_ASSERT or set a "
          "cleanup_handler to continue)");
-#endif
+#  endif
 }
+
+#endif  // CUSCOPE_DETAIL_HOST_CODE
 
 namespace detail {
 
@@ -155,24 +161,9 @@ namespace detail {
 
 /// Hands a cleanup failure to the current handler. Out of line and cold: the cleanup paths keep
 /// one compare on success.
-CUSCOPE_DETAIL_COLD inline void report_cleanup(const char* operation, const char* object,
-                                               const void* handle, cudaError_t status,
-                                               const char* message, const char* file, int line,
-                                               std::size_t bytes = 0) noexcept {
-  // At process exit the runtime frees everything itself: nothing is left to report, also when
-  // the unloading reached a cleanup as an exception (a session's end in its destructor).
-  if (status == cudaErrorCudartUnloading) return;
-  cleanup_error e;
-  e.operation = operation;
-  e.object = object;
-  e.handle = handle;
-  e.bytes = bytes;
-  e.status = status;
-  e.message = message != nullptr ? message : "";
-  e.file = file;
-  e.line = line;
-  get_cleanup_handler()(e);
-}
+void report_cleanup(const char* operation, const char* object, const void* handle,
+                    cudaError_t status, const char* message, const char* file, int line,
+                    std::size_t bytes = 0) noexcept;
 
 /// The check of a CUDA call made in cleanup: true on success and for cudaErrorCudartUnloading
 /// (objects with static lifetime destroyed after the runtime shut down, as RMM treats it);
@@ -189,9 +180,49 @@ inline bool cleanup_ok(cudaError_t status, const char* operation, const char* ob
 
 /// Builds and throws the cuda_error (or out_of_memory) for a failed call. Out of line and cold so
 /// that the checking macros add one compare and one branch to the hot path.
-[[noreturn]] CUSCOPE_DETAIL_COLD inline void throw_cuda_error(cudaError_t status, const char* call,
-                                                              const char* file, int line,
-                                                              const std::string& object = {}) {
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line,
+                                   const std::string& object = {});
+
+/// The never-throwing check for destructors and other noexcept paths: clears a non-sticky error
+/// and treats cudaErrorCudartUnloading (objects with static lifetime destroyed after the runtime
+/// has shut down) as success.
+inline cudaError_t check_nothrow(cudaError_t status) noexcept {
+  if (status == cudaSuccess) return status;
+  (void)cudaGetLastError();
+  return status == cudaErrorCudartUnloading ? cudaSuccess : status;
+}
+
+/// The message of the exception being handled (inside a catch block).
+std::string exception_message();
+
+/// Reports the exception being handled (inside a catch block) as a cleanup failure.
+void report_cleanup_exception(const char* operation, const char* object, const void* handle,
+                              const char* file, int line) noexcept;
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+
+CUSCOPE_DETAIL_COLD inline void report_cleanup(const char* operation, const char* object,
+                                               const void* handle, cudaError_t status,
+                                               const char* message, const char* file, int line,
+                                               std::size_t bytes) noexcept {
+  // At process exit the runtime frees everything itself: nothing is left to report, also when
+  // the unloading reached a cleanup as an exception (a session's end in its destructor).
+  if (status == cudaErrorCudartUnloading) return;
+  cleanup_error e;
+  e.operation = operation;
+  e.object = object;
+  e.handle = handle;
+  e.bytes = bytes;
+  e.status = status;
+  e.message = message != nullptr ? message : "";
+  e.file = file;
+  e.line = line;
+  get_cleanup_handler()(e);
+}
+
+CUSCOPE_DETAIL_COLD inline void throw_cuda_error(cudaError_t status, const char* call,
+                                                 const char* file, int line,
+                                                 const std::string& object) {
   (void)cudaGetLastError();  // a non-sticky error must not be reported again by a later call
   std::string message = "cuscope: ";
   if (!object.empty()) message += object + ": ";
@@ -208,16 +239,6 @@ inline bool cleanup_ok(cudaError_t status, const char* operation, const char* ob
   throw cuda_error(status, message);
 }
 
-/// The never-throwing check for destructors and other noexcept paths: clears a non-sticky error
-/// and treats cudaErrorCudartUnloading (objects with static lifetime destroyed after the runtime
-/// has shut down) as success.
-inline cudaError_t check_nothrow(cudaError_t status) noexcept {
-  if (status == cudaSuccess) return status;
-  (void)cudaGetLastError();
-  return status == cudaErrorCudartUnloading ? cudaSuccess : status;
-}
-
-/// The message of the exception being handled (inside a catch block).
 inline std::string exception_message() {
   try {
     throw;
@@ -228,7 +249,6 @@ inline std::string exception_message() {
   }
 }
 
-/// Reports the exception being handled (inside a catch block) as a cleanup failure.
 CUSCOPE_DETAIL_COLD inline void report_cleanup_exception(const char* operation, const char* object,
                                                          const void* handle, const char* file,
                                                          int line) noexcept {
@@ -245,6 +265,8 @@ CUSCOPE_DETAIL_COLD inline void report_cleanup_exception(const char* operation, 
                    line);
   }
 }
+
+#endif  // CUSCOPE_DETAIL_HOST_CODE
 
 }  // namespace detail
 }  // namespace cuscope

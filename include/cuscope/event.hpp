@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "detail/config.hpp"
 #include "detail/format.hpp"
 #include "device.hpp"
 #include "error.hpp"
@@ -74,12 +75,7 @@ class event_ref {
 
 /// @brief Milliseconds between two recorded events made with timing (event_options::timing).
 /// @throws cuda_error when either has not completed (cudaErrorNotReady) or has no timing.
-[[nodiscard]] inline float elapsed_ms(event_ref start, event_ref end) {
-  float ms = 0;
-  CUSCOPE_DETAIL_TRY_FOR(cudaEventElapsedTime(&ms, start.get(), end.get()),
-                         start.describe() + " to " + end.describe());
-  return ms;
-}
+[[nodiscard]] float elapsed_ms(event_ref start, event_ref end);
 
 /// @brief What a new event looks like.
 struct event_options {
@@ -223,11 +219,26 @@ inline void stream_ref::wait(stream_ref other) const {
   wait(e);
 }
 
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+
+inline float elapsed_ms(event_ref start, event_ref end) {
+  float ms = 0;
+  CUSCOPE_DETAIL_TRY_FOR(cudaEventElapsedTime(&ms, start.get(), end.get()),
+                         start.describe() + " to " + end.describe());
+  return ms;
+}
+
+#endif  // CUSCOPE_DETAIL_HOST_CODE
+
 namespace detail {
 
 /// Makes later wait, in stream order, for the work enqueued on earlier so far. Default stream
 /// handles name the default streams of device, whatever device is current. Enqueued on both;
 /// does not synchronize.
+void order_after(stream_ref later, stream_ref earlier, int device);
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+
 inline void order_after(stream_ref later, stream_ref earlier, int device) {
   if (later == earlier) return;
   const scoped_device on(stream_device(earlier, device));
@@ -236,6 +247,8 @@ inline void order_after(stream_ref later, stream_ref earlier, int device) {
   const stream_device_guard on_later(later.get(), device);
   later.wait(e);
 }
+
+#endif  // CUSCOPE_DETAIL_HOST_CODE
 
 }  // namespace detail
 }  // namespace cuscope

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "detail/config.hpp"
 #include "device.hpp"
 #include "error.hpp"
 #include "stream.hpp"
@@ -41,7 +42,32 @@ struct graph_memory_stats {
 /// stream counts as active while a blocking stream of its device captures: using it then would
 /// invalidate that capture.
 /// @throws cuda_error when the stream is invalid.
-[[nodiscard]] inline capture_status stream_capture_status(stream_ref stream) {
+[[nodiscard]] capture_status stream_capture_status(stream_ref stream);
+
+/// @brief True while stream captures (or its capture was invalidated and has not ended): work
+/// enqueued on it is recorded into a graph, and synchronizing it is illegal.
+/// @throws cuda_error when the stream is invalid.
+[[nodiscard]] bool is_capturing(stream_ref stream);
+
+/// @brief The graph memory of device.
+/// @throws std::invalid_argument for an invalid device; cuda_error.
+[[nodiscard]] graph_memory_stats graph_memory(int device);
+
+/// @brief Starts the peaks of device's graph memory afresh (drivers may keep them where they
+/// are: the documentation does not promise a reset).
+/// @throws std::invalid_argument for an invalid device; cuda_error.
+void reset_graph_memory_peaks(int device);
+
+/// @brief Gives the device's graph memory that no executing or scheduled graph uses back to the
+/// driver (cudaDeviceGraphMemTrim). Does not synchronize: memory of launches still pending stays.
+/// Synchronize the streams that launched graphs first (a session with
+/// session_options::trim_graph_memory does both).
+/// @throws std::invalid_argument for an invalid device; cuda_error.
+void trim_graph_memory(int device);
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+
+inline capture_status stream_capture_status(stream_ref stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   const cudaError_t e = cudaStreamIsCapturing(stream.get(), &status);
   if (e == cudaErrorStreamCaptureImplicit) {
@@ -59,16 +85,11 @@ struct graph_memory_stats {
   }
 }
 
-/// @brief True while stream captures (or its capture was invalidated and has not ended): work
-/// enqueued on it is recorded into a graph, and synchronizing it is illegal.
-/// @throws cuda_error when the stream is invalid.
-[[nodiscard]] inline bool is_capturing(stream_ref stream) {
+inline bool is_capturing(stream_ref stream) {
   return stream_capture_status(stream) != capture_status::none;
 }
 
-/// @brief The graph memory of device.
-/// @throws std::invalid_argument for an invalid device; cuda_error.
-[[nodiscard]] inline graph_memory_stats graph_memory(int device) {
+inline graph_memory_stats graph_memory(int device) {
   detail::check_device(device, "cuscope::graph_memory");
   const auto get = [device](cudaGraphMemAttributeType attr) -> std::size_t {
     std::uint64_t value = 0;
@@ -84,9 +105,6 @@ struct graph_memory_stats {
   return s;
 }
 
-/// @brief Starts the peaks of device's graph memory afresh (drivers may keep them where they
-/// are: the documentation does not promise a reset).
-/// @throws std::invalid_argument for an invalid device; cuda_error.
 inline void reset_graph_memory_peaks(int device) {
   detail::check_device(device, "cuscope::reset_graph_memory_peaks");
   for (const cudaGraphMemAttributeType attr :
@@ -97,20 +115,26 @@ inline void reset_graph_memory_peaks(int device) {
   }
 }
 
-/// @brief Gives the device's graph memory that no executing or scheduled graph uses back to the
-/// driver (cudaDeviceGraphMemTrim). Does not synchronize: memory of launches still pending stays.
-/// Synchronize the streams that launched graphs first (a session with
-/// session_options::trim_graph_memory does both).
-/// @throws std::invalid_argument for an invalid device; cuda_error.
 inline void trim_graph_memory(int device) {
   detail::check_device(device, "cuscope::trim_graph_memory");
   CUSCOPE_DETAIL_TRY_FOR(cudaDeviceGraphMemTrim(device),
                          "graph memory of device " + std::to_string(device));
 }
 
+#endif  // CUSCOPE_DETAIL_HOST_CODE
+
 namespace detail {
 
 /// The current used and reserved graph memory of device (a valid one), for object's messages.
+void graph_memory_now(int device, std::size_t& used, std::size_t& reserved,
+                      const std::string& object);
+
+/// Throws std::logic_error naming who and stream when stream captures: what follows would
+/// synchronize it, which invalidates the capture.
+void refuse_in_capture(stream_ref stream, int device, const std::string& who, const char* what);
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+
 inline void graph_memory_now(int device, std::size_t& used, std::size_t& reserved,
                              const std::string& object) {
   std::uint64_t value = 0;
@@ -122,8 +146,6 @@ inline void graph_memory_now(int device, std::size_t& used, std::size_t& reserve
   reserved = value;
 }
 
-/// Throws std::logic_error naming who and stream when stream captures: what follows would
-/// synchronize it, which invalidates the capture.
 inline void refuse_in_capture(stream_ref stream, int device, const std::string& who,
                               const char* what) {
   const stream_device_guard on(stream.get(), device);
@@ -132,6 +154,8 @@ inline void refuse_in_capture(stream_ref stream, int device, const std::string& 
                          " is capturing a CUDA graph (a synchronization would invalidate the "
                          "capture); end the capture with cudaStreamEndCapture first");
 }
+
+#endif  // CUSCOPE_DETAIL_HOST_CODE
 
 }  // namespace detail
 

@@ -14,8 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include "detail/config.hpp"
 #include "detail/format.hpp"
-#include "detail/nvml.hpp"
+#if CUSCOPE_DETAIL_HOST_CODE
+#  include "detail/nvml.hpp"
+#endif
 #include "device.hpp"
 #include "error.hpp"
 #include "graph.hpp"
@@ -189,6 +192,46 @@ struct device_memory_report {
 
 namespace detail {
 
+pool_usage usage_of(std::string name, const memory_pool_ref& pool, bool is_default);
+named_pool to_named(std::size_t index, const named_pool& p);
+named_pool to_named(std::size_t index, const memory_pool_ref& p);
+
+}  // namespace detail
+
+/// @brief Accounts for device's memory: what the driver reports taken and free, what each of
+/// pools reserves and uses, the default pool, and the rest.
+/// @throws std::invalid_argument for an invalid device or a pool of another device.
+[[nodiscard]] device_memory_report memory_report(int device, const std::vector<named_pool>& pools,
+                                                 const report_options& options = {});
+
+/// @brief memory_report for pools given as memory_pool, memory_pool_ref or named_pool (unnamed
+/// ones are shown as "pool 1", "pool 2"...).
+template <class... Pools>
+[[nodiscard]] device_memory_report memory_report(int device, const Pools&... pools) {
+  std::vector<named_pool> list;
+  std::size_t index = 0;
+  (list.push_back(detail::to_named(index++, pools)), ...);
+  (void)index;
+  return memory_report(device, list);
+}
+
+/// @brief cuscope's empty_cache: synchronizes the device of each pool (once per device), so that
+/// every free has completed, then trims each pool to 0, and returns the bytes given back to the
+/// driver. Memory behind live allocations stays. What PyTorch's torch.cuda.empty_cache() and CuPy's
+/// free_all_blocks() do, for the pools named and no others.
+/// @throws cuda_error when a synchronization, a trim or a statistics query fails.
+[[nodiscard]] std::size_t empty_cache(const std::vector<memory_pool_ref>& pools);
+
+/// @brief empty_cache for pools given as memory_pool or memory_pool_ref.
+template <class... Pools>
+[[nodiscard]] std::size_t empty_cache(const Pools&... pools) {
+  return empty_cache(std::vector<memory_pool_ref>{memory_pool_ref(pools)...});
+}
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+
+namespace detail {
+
 inline pool_usage usage_of(std::string name, const memory_pool_ref& pool, bool is_default) {
   const pool_stats s = pool.stats();
   pool_usage u;
@@ -217,12 +260,8 @@ inline named_pool to_named(std::size_t index, const memory_pool_ref& p) {
 
 }  // namespace detail
 
-/// @brief Accounts for device's memory: what the driver reports taken and free, what each of
-/// pools reserves and uses, the default pool, and the rest.
-/// @throws std::invalid_argument for an invalid device or a pool of another device.
-[[nodiscard]] inline device_memory_report memory_report(int device,
-                                                        const std::vector<named_pool>& pools,
-                                                        const report_options& options = {}) {
+inline device_memory_report memory_report(int device, const std::vector<named_pool>& pools,
+                                          const report_options& options) {
   detail::check_device(device, "cuscope::memory_report");
   device_memory_report r;
   r.device = device;
@@ -265,23 +304,7 @@ inline named_pool to_named(std::size_t index, const memory_pool_ref& p) {
   return r;
 }
 
-/// @brief memory_report for pools given as memory_pool, memory_pool_ref or named_pool (unnamed
-/// ones are shown as "pool 1", "pool 2"...).
-template <class... Pools>
-[[nodiscard]] device_memory_report memory_report(int device, const Pools&... pools) {
-  std::vector<named_pool> list;
-  std::size_t index = 0;
-  (list.push_back(detail::to_named(index++, pools)), ...);
-  (void)index;
-  return memory_report(device, list);
-}
-
-/// @brief cuscope's empty_cache: synchronizes the device of each pool (once per device), so that
-/// every free has completed, then trims each pool to 0, and returns the bytes given back to the
-/// driver. Memory behind live allocations stays. What PyTorch's torch.cuda.empty_cache() and CuPy's
-/// free_all_blocks() do, for the pools named and no others.
-/// @throws cuda_error when a synchronization, a trim or a statistics query fails.
-[[nodiscard]] inline std::size_t empty_cache(const std::vector<memory_pool_ref>& pools) {
+inline std::size_t empty_cache(const std::vector<memory_pool_ref>& pools) {
   std::vector<int> synchronized;
   for (const memory_pool_ref& p : pools) {
     bool done = false;
@@ -302,10 +325,6 @@ template <class... Pools>
   return returned;
 }
 
-/// @brief empty_cache for pools given as memory_pool or memory_pool_ref.
-template <class... Pools>
-[[nodiscard]] std::size_t empty_cache(const Pools&... pools) {
-  return empty_cache(std::vector<memory_pool_ref>{memory_pool_ref(pools)...});
-}
+#endif  // CUSCOPE_DETAIL_HOST_CODE
 
 }  // namespace cuscope

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "detail/callback.hpp"
+#include "detail/config.hpp"
 #include "detail/format.hpp"
 #include "detail/ledger.hpp"
 #include "device.hpp"
@@ -501,26 +502,7 @@ class session {
 
   /// @brief Ends the session if finish() was not called; never throws (under throw_exception a
   /// leak is reported to the sink instead).
-  ~session() {
-    if (!finished_) {
-      try {
-        const std::string open = ledger_->close(true);
-        if (!open.empty()) {
-          const std::string m = "session '" + options_.name +
-                                "' destroyed while its nested session(s) " + open +
-                                " are open; it ends now, and they count on without it";
-          detail::report_cleanup("session::~session", "cuscope::session", this, cudaSuccess,
-                                 m.c_str(), __FILE__, __LINE__);
-        }
-        (void)finish_impl(false);
-      } catch (...) {  // a callback (on_finish, leak_sink) threw
-        CUSCOPE_DETAIL_CLEANUP_CAUGHT("session::finish", "cuscope::session", this);
-      }
-    }
-    // A restore that failed in finish() gets one more try.
-    if (saved_threshold_) restore_threshold_nothrow();
-    ledger_->release();
-  }
+  ~session();
 
   /// @brief count uninitialized elements from the session's pool on its stream, counted by the
   /// session (and its parents). Enqueued; does not synchronize.
@@ -576,15 +558,7 @@ class session {
   /// @throws std::logic_error, doing nothing, while a nested session is open; cuda_error when
   /// synchronizing or trimming fails (after doing the rest); session_leak_error under
   /// leak_policy::throw_exception.
-  const session_report& finish() {
-    if (finished_) return report_;
-    const std::string open = ledger_->close(false);
-    if (!open.empty())
-      throw std::logic_error("cuscope::session '" + options_.name +
-                             "': finish() while its nested session(s) " + open +
-                             " are open; end them first");
-    return finish_impl(true);
-  }
+  const session_report& finish();
 
   /// @brief Whether the session has ended.
   [[nodiscard]] bool finished() const noexcept { return finished_; }
@@ -609,76 +583,9 @@ class session {
   [[nodiscard]] const session_report& report() const noexcept { return report_; }
 
  private:
-  session(session* parent, memory_pool_ref pool, stream_ref stream, session_options options)
-      : pool_(pool), stream_(stream), options_(std::move(options)) {
-    detail::ledger* const up = parent != nullptr ? parent->ledger_ : nullptr;
-    if (options_.report_to == nullptr && parent != nullptr)
-      options_.report_to = parent->options_.report_to;
-    std::vector<cudaStream_t> listed;
-    listed.reserve(options_.streams.size());
-    for (const stream_ref s : options_.streams)
-      listed.push_back(s.get());
-    ledger_ = new detail::ledger(up, options_.budget_bytes, options_.name, stream_.get(),
-                                 std::move(listed));
-    if (up != nullptr && (open_at_entry_ = up->open_child(ledger_)) == 0) {
-      ledger_->release();
-      throw std::logic_error("cuscope::session '" + options_.name + "': its parent session '" +
-                             parent->options_.name + "' has finished");
-    }
-    try {
-      begin(parent);
-    } catch (...) {
-      if (up != nullptr) up->close_child(ledger_);
-      ledger_->release();
-      throw;
-    }
-  }
+  session(session* parent, memory_pool_ref pool, stream_ref stream, session_options options);
 
-  void begin(session* parent) {
-    detail::ledger* const up = ledger_->parent();
-    exceptions_at_entry_ = std::uncaught_exceptions();
-    report_.name = options_.name;
-    report_.device = pool_.device();
-    const admission_options& a = options_.admission;
-    if (a.bytes != 0 || a.device_fraction != 0 || a.pool_fraction != 0) admit();
-    const pool_stats entry = pool_.stats();
-    tracked_at_entry_ = ledger_->root()->live_bytes();
-    if (up != nullptr) {
-      up->observe(entry.used_high_bytes, entry.reserved_high_bytes);
-      siblings_at_entry_ = up->children();
-      if (open_at_entry_ == 1) up->set_group_reserve(entry.reserved_bytes);
-    }
-    report_.reserved_at_entry_bytes = entry.reserved_bytes;
-    report_.used_at_entry_bytes = entry.used_bytes;
-    read_driver(report_.driver_free_at_entry_bytes);
-    if (options_.release_threshold_bytes) {
-      saved_threshold_ = pool_.release_threshold();
-      pool_.set_release_threshold(*options_.release_threshold_bytes);
-    }
-    try {
-      // Beside other nested sessions, a reset would take their peaks from them.
-      if (options_.reset_peaks && open_at_entry_ <= 1) {
-        pool_.reset_peaks();
-        observe(entry.used_bytes, entry.reserved_bytes);
-      } else {
-        observe(entry.used_high_bytes, entry.reserved_high_bytes);
-      }
-    } catch (...) {
-      if (saved_threshold_) restore_threshold_nothrow();
-      throw;
-    }
-    start_ = std::chrono::steady_clock::now();
-    recorder* r = options_.record_into;
-    if (r == nullptr) r = parent != nullptr ? parent->recorder_ : pool_.attached_recorder();
-    if (r != nullptr) {
-      scope_ = r->begin_session(options_.name, parent != nullptr ? parent->scope_ : 0,
-                                pool_.device(), pool_.get());
-      recorder_ = r;
-      // Its buffers find the recorder and the id through the ledger they are counted by.
-      ledger_->record_into(detail::record_target{r, scope_});
-    }
-    nvtx_ = nvtx_range(options_.name.empty() ? "cuscope session" : options_.name.c_str());
-  }
+  void begin(session* parent);
 
   // What the pool could hand out now without waiting, and who holds the device's memory.
   struct admission_reading {
@@ -792,302 +699,40 @@ class session {
     throw admission_error(required, available, m);
   }
 
-  static session_options named(std::string name) {
-    session_options o;
-    o.name = std::move(name);
-    return o;
-  }
+  static session_options named(std::string name);
 
-  void observe(std::size_t used_peak, std::size_t reserved_peak) noexcept {
-    if (used_peak > report_.peak_used_bytes) report_.peak_used_bytes = used_peak;
-    if (reserved_peak > report_.peak_reserved_bytes) report_.peak_reserved_bytes = reserved_peak;
-  }
+  void observe(std::size_t used_peak, std::size_t reserved_peak) noexcept;
 
-  void read_driver(std::size_t& free_bytes) {
-    scoped_device on(pool_.device());
-    std::size_t total = 0;
-    CUSCOPE_DETAIL_TRY_FOR(cudaMemGetInfo(&free_bytes, &total), "session '" + options_.name + "'");
-    report_.driver_total_bytes = total;
-  }
+  void read_driver(std::size_t& free_bytes);
 
-  void refuse_in_capture() const {
-    const std::string who = "cuscope::session '" + options_.name + "'";
-    detail::refuse_in_capture(stream_, pool_.device(), who, "finish");
-    for (const stream_ref s : options_.streams)
-      detail::refuse_in_capture(s, pool_.device(), who, "finish");
-  }
+  void refuse_in_capture() const;
 
-  void read_graph_memory(bool trim) {
-    const int device = pool_.device();
-    const std::string who = "session '" + options_.name + "'";
-    detail::graph_memory_now(device, report_.graph_used_bytes, report_.graph_reserved_bytes, who);
-    if (!trim) return;
-    const std::size_t before = report_.graph_reserved_bytes;
-    CUSCOPE_DETAIL_TRY_FOR(cudaDeviceGraphMemTrim(device), who);
-    report_.graph_trimmed = true;
-    detail::graph_memory_now(device, report_.graph_used_bytes, report_.graph_reserved_bytes, who);
-    report_.graph_returned_bytes =
-        before > report_.graph_reserved_bytes ? before - report_.graph_reserved_bytes : 0;
-  }
+  void read_graph_memory(bool trim);
 
   // Whether the session's recorder is the pool's, which records the pool's operations itself.
   bool records_pool() const noexcept { return pool_.attached_recorder() == recorder_; }
 
   // Trims the pool down to keep bytes, recorded into this session's recorder where the pool
   // does not record into it already.
-  void trim_recorded(std::size_t keep) {
-    pool_.trim_to(keep);
-    if (recorder_ != nullptr && !records_pool())
-      recorder_->record_trim(pool_.device(), pool_.get(), keep);
-    report_.trimmed = true;
-  }
+  void trim_recorded(std::size_t keep);
 
-  void restore_threshold_nothrow() noexcept {
-    std::uint64_t value = *saved_threshold_;
-    if (CUSCOPE_DETAIL_CLEANUP(
-            cudaMemPoolSetAttribute(pool_.get(), cudaMemPoolAttrReleaseThreshold, &value),
-            "cuscope::session", this))
-      saved_threshold_.reset();
-  }
+  void restore_threshold_nothrow() noexcept;
 
-  void synchronize() {
-    if (options_.synchronize_device || ledger_->other_streams()) {
-      report_.synchronized_device = true;
-      scoped_device on(pool_.device());
-      CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), "session '" + options_.name + "'");
-      if (recorder* r = recorder_) {
-        r->record_synchronize(pool_.device(), nullptr, true);
-        r->sample(pool_.device(), pool_.get());  // the reserve the trim will give back
-      }
-      return;
-    }
-    // Default stream handles name those of the pool's device, as for the session's buffers.
-    {
-      const detail::stream_device_guard on(stream_.get(), pool_.device());
-      stream_.synchronize();
-    }
-    for (const stream_ref s : options_.streams) {
-      const detail::stream_device_guard on(s.get(), pool_.device());
-      s.synchronize();
-    }
-    if (recorder* r = recorder_) {
-      r->record_synchronize(pool_.device(), stream_.get());
-      for (const stream_ref s : options_.streams)
-        r->record_synchronize(pool_.device(), s.get());
-      r->sample(pool_.device(), pool_.get());  // the reserve the trim will give back
-    }
-  }
+  void synchronize();
 
-  const session_report& finish_impl(bool may_throw) {
-    if (finished_) return report_;
-    finished_ = true;
-    report_.unwinding = std::uncaught_exceptions() > exceptions_at_entry_;
-    // Every step runs even when an earlier one failed: the pool must be trimmed and its settings
-    // restored whatever happened. The first error is rethrown at the end.
-    // A failed step marks the figures it would have measured as unknown, never as 0.
-    std::exception_ptr error;
-    const auto step = [&](const char* what, std::initializer_list<const char*> figures, auto&& f) {
-      try {
-        f();
-      } catch (...) {
-        if (!error) error = std::current_exception();
-        report_.errors.push_back(std::string(what) + ": " + detail::exception_message());
-        for (const char* figure : figures)
-          if (report_.known(figure)) report_.unknown.emplace_back(figure);
-      }
-    };
-    step("reading the pool's reserve", {"reserved_at_finish_bytes", "returned_bytes"},
-         [&] { report_.reserved_at_finish_bytes = pool_.stats().reserved_bytes; });
-    // A capture on the session's streams cannot survive a synchronization: refuse the
-    // synchronization and the trims that need it, and leave the capture intact.
-    bool capturing = false;
-    step("checking for a stream capture", {}, [&] {
-      try {
-        refuse_in_capture();
-      } catch (const std::logic_error&) {
-        capturing = true;
-        throw;
-      }
-    });
-    if (!capturing) step("synchronizing", {}, [&] { synchronize(); });
-    step("reading the pool's statistics after the synchronization",
-         {"used_at_exit_bytes", "peak_used_bytes", "peak_reserved_bytes",
-          "reserved_at_finish_bytes", "returned_bytes", "untracked_bytes"},
-         [&] {
-           const pool_stats s = pool_.stats();
-           observe(s.used_high_bytes, s.reserved_high_bytes);
-           report_.used_at_exit_bytes = s.used_bytes;
-           account_untracked();
-           // Memory released at the synchronization by a low release threshold went back too.
-           if (s.reserved_bytes > report_.reserved_at_finish_bytes)
-             report_.reserved_at_finish_bytes = s.reserved_bytes;
-         });
-    observe(ledger_->observed_used_peak(), ledger_->observed_reserved_peak());
-    report_.leaked_allocations = ledger_->live_allocations();
-    report_.leaked_bytes = ledger_->live_bytes();
-    report_.tracked_peak_bytes = ledger_->peak_bytes();
-    if (report_.leaked_allocations != 0)
-      step("naming the leaked allocations", {}, [&] { name_leaks(); });
-    if (saved_threshold_) {
-      step("restoring the release threshold", {}, [&] {
-        pool_.set_release_threshold(*saved_threshold_);
-        if (recorder_ != nullptr && !records_pool())
-          recorder_->record_threshold(pool_.device(), pool_.get(), *saved_threshold_);
-        saved_threshold_.reset();
-      });
-    }
-    if (detail::ledger* const up = ledger_->parent()) {
-      // The last of the nested sessions open together trims, back to the reserve when the first
-      // of them began; the others leave the cache to those still running.
-      step("trimming the pool", {}, [&] {
-        const bool last = up->close_child(ledger_, [&](std::size_t group_reserve) {
-          if (!options_.trim || capturing) return;
-          trim_recorded(options_.keep_bytes.value_or(group_reserve));
-        });
-        report_.trim_deferred = options_.trim && !capturing && !last;
-      });
-    } else if (options_.trim && !capturing) {
-      step("trimming the pool", {},
-           [&] { trim_recorded(options_.keep_bytes.value_or(report_.reserved_at_entry_bytes)); });
-    }
-    step("reading the pool's reserve after the trim", {"reserved_at_exit_bytes", "returned_bytes"},
-         [&] {
-           report_.reserved_at_exit_bytes = pool_.stats().reserved_bytes;
-           report_.returned_bytes =
-               report_.reserved_at_finish_bytes > report_.reserved_at_exit_bytes
-                   ? report_.reserved_at_finish_bytes - report_.reserved_at_exit_bytes
-                   : 0;
-         });
-    step("reading the device's graph memory",
-         {"graph_used_bytes", "graph_reserved_bytes", "graph_returned_bytes"},
-         [&] { read_graph_memory(options_.trim_graph_memory && !capturing); });
-    step("reading the device's free memory", {"driver_free_at_exit_bytes"},
-         [&] { read_driver(report_.driver_free_at_exit_bytes); });
-    for (const std::string& figure : report_.unknown)
-      clear_figure(figure);
-    report_.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    if (detail::ledger* const up = ledger_->parent()) {
-      up->observe(report_.peak_used_bytes, report_.peak_reserved_bytes);
-      if (report_.leaked_allocations != 0) ledger_->passed_on();
-      up->close_child(ledger_);  // done above unless that step failed
-    }
-    if (recorder_ != nullptr)
-      recorder_->end_session(scope_, report_.leaked_allocations, report_.leaked_bytes);
-    nvtx_.end();
-    if (options_.report_to != nullptr) {
-      try {
-        options_.report_to->write(report_);
-      } catch (...) {
-        CUSCOPE_DETAIL_CLEANUP_CAUGHT("report_sink::write", "cuscope::session", this);
-      }
-    }
-    if (error) {
-      if (may_throw) std::rethrow_exception(error);
-      // From the destructor: the steps' failure is reported, and the report is still handed on.
-      try {
-        std::rethrow_exception(error);
-      } catch (...) {
-        CUSCOPE_DETAIL_CLEANUP_CAUGHT("session::finish", "cuscope::session", this);
-      }
-    }
-    if (options_.on_finish) options_.on_finish(report_);
-    if (report_.leaked()) on_leak(may_throw);
-    return report_;
-  }
+  const session_report& finish_impl(bool may_throw);
 
   // Pool memory in use beyond entry, less what the sessions of this tree allocated meanwhile and
   // still hold. Another session nested in the same parent may allocate raw memory too: then the
   // figure is reported but not counted as this session's leak.
-  void account_untracked() {
-    const auto tracked_now = static_cast<long long>(ledger_->root()->live_bytes());
-    const long long grown = static_cast<long long>(report_.used_at_exit_bytes) -
-                            static_cast<long long>(report_.used_at_entry_bytes) -
-                            (tracked_now - static_cast<long long>(tracked_at_entry_));
-    report_.untracked_bytes = grown > 0 ? static_cast<std::size_t>(grown) : 0;
-    bool alone = true;
-    if (detail::ledger* const up = ledger_->parent()) {
-      const auto now = up->children();
-      alone = siblings_at_entry_.first == 1 && now.first == 1 &&
-              now.second == siblings_at_entry_.second;
-    }
-    report_.concurrent = !alone;
-    report_.untracked_leak = options_.untracked_leaks && alone && report_.untracked_bytes != 0;
-  }
+  void account_untracked();
 
-  void name_leaks() {
-    std::vector<detail::named_record> live;
-    ledger_->live_records(live);
-    report_.leaks.reserve(live.size());
-    for (const detail::named_record& n : live) {
-      leaked_allocation l;
-      l.bytes = n.record.bytes;
-      l.pointer = n.record.ptr;
-      l.stream = n.record.stream;
-      if (n.record.tag != nullptr) l.tag = n.record.tag;
-      if (n.record.file != nullptr) l.file = n.record.file;
-      l.line = n.record.line;
-      l.session = n.session;
-      report_.leaks.push_back(std::move(l));
-    }
-    // Largest first, in recorded order among equal sizes: a bottom-up merge sort (stable), as
-    // std::stable_sort would, without <algorithm> in this header.
-    std::vector<leaked_allocation>& v = report_.leaks;
-    const std::size_t n = v.size();
-    std::vector<leaked_allocation> merged(n);
-    for (std::size_t width = 1; width < n; width *= 2) {
-      for (std::size_t lo = 0; lo < n; lo += 2 * width) {
-        const std::size_t mid = lo + width < n ? lo + width : n;
-        const std::size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
-        std::size_t i = lo, j = mid, k = lo;
-        while (i < mid && j < hi)
-          merged[k++] = std::move(v[j].bytes > v[i].bytes ? v[j++] : v[i++]);
-        while (i < mid)
-          merged[k++] = std::move(v[i++]);
-        while (j < hi)
-          merged[k++] = std::move(v[j++]);
-      }
-      v.swap(merged);
-    }
-  }
+  void name_leaks();
 
   // An unknown figure reads 0 rather than a partial value (the peak of the readings that worked).
-  void clear_figure(const std::string& f) noexcept {
-    session_report& r = report_;
-    std::size_t* value = f == "reserved_at_finish_bytes"    ? &r.reserved_at_finish_bytes
-                         : f == "reserved_at_exit_bytes"    ? &r.reserved_at_exit_bytes
-                         : f == "used_at_exit_bytes"        ? &r.used_at_exit_bytes
-                         : f == "peak_used_bytes"           ? &r.peak_used_bytes
-                         : f == "peak_reserved_bytes"       ? &r.peak_reserved_bytes
-                         : f == "returned_bytes"            ? &r.returned_bytes
-                         : f == "driver_free_at_exit_bytes" ? &r.driver_free_at_exit_bytes
-                         : f == "untracked_bytes"           ? &r.untracked_bytes
-                         : f == "graph_used_bytes"          ? &r.graph_used_bytes
-                         : f == "graph_reserved_bytes"      ? &r.graph_reserved_bytes
-                         : f == "graph_returned_bytes"      ? &r.graph_returned_bytes
-                                                            : nullptr;
-    if (value != nullptr) *value = 0;
-  }
+  void clear_figure(const std::string& f) noexcept;
 
-  void on_leak(bool may_throw) {
-    switch (options_.on_leak) {
-      case leak_policy::ignore:
-        return;
-      case leak_policy::throw_exception:
-        if (may_throw && !report_.unwinding) throw session_leak_error(report_);
-        [[fallthrough]];
-      case leak_policy::report:
-        if (options_.leak_sink) {
-          options_.leak_sink(report_);
-        } else {
-          std::fprintf(stderr, "cuscope: %s", report_.to_string().c_str());
-        }
-        return;
-      case leak_policy::abort:
-        std::fprintf(stderr, "cuscope: %s", report_.to_string().c_str());
-        std::abort();
-    }
-  }
+  void on_leak(bool may_throw);
 
   memory_pool_ref pool_;
   stream_ref stream_;
@@ -1105,6 +750,401 @@ class session {
   bool finished_ = false;
   session_report report_;
 };
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+
+inline session::~session() {
+  if (!finished_) {
+    try {
+      const std::string open = ledger_->close(true);
+      if (!open.empty()) {
+        const std::string m = "session '" + options_.name +
+                              "' destroyed while its nested session(s) " + open +
+                              " are open; it ends now, and they count on without it";
+        detail::report_cleanup("session::~session", "cuscope::session", this, cudaSuccess,
+                               m.c_str(), __FILE__, __LINE__);
+      }
+      (void)finish_impl(false);
+    } catch (...) {  // a callback (on_finish, leak_sink) threw
+      CUSCOPE_DETAIL_CLEANUP_CAUGHT("session::finish", "cuscope::session", this);
+    }
+  }
+  // A restore that failed in finish() gets one more try.
+  if (saved_threshold_) restore_threshold_nothrow();
+  ledger_->release();
+}
+
+inline auto session::finish() -> const session_report& {
+  if (finished_) return report_;
+  const std::string open = ledger_->close(false);
+  if (!open.empty())
+    throw std::logic_error("cuscope::session '" + options_.name +
+                           "': finish() while its nested session(s) " + open +
+                           " are open; end them first");
+  return finish_impl(true);
+}
+
+inline session::session(session* parent, memory_pool_ref pool, stream_ref stream,
+                        session_options options)
+    : pool_(pool), stream_(stream), options_(std::move(options)) {
+  detail::ledger* const up = parent != nullptr ? parent->ledger_ : nullptr;
+  if (options_.report_to == nullptr && parent != nullptr)
+    options_.report_to = parent->options_.report_to;
+  std::vector<cudaStream_t> listed;
+  listed.reserve(options_.streams.size());
+  for (const stream_ref s : options_.streams)
+    listed.push_back(s.get());
+  ledger_ = new detail::ledger(up, options_.budget_bytes, options_.name, stream_.get(),
+                               std::move(listed));
+  if (up != nullptr && (open_at_entry_ = up->open_child(ledger_)) == 0) {
+    ledger_->release();
+    throw std::logic_error("cuscope::session '" + options_.name + "': its parent session '" +
+                           parent->options_.name + "' has finished");
+  }
+  try {
+    begin(parent);
+  } catch (...) {
+    if (up != nullptr) up->close_child(ledger_);
+    ledger_->release();
+    throw;
+  }
+}
+
+inline void session::begin(session* parent) {
+  detail::ledger* const up = ledger_->parent();
+  exceptions_at_entry_ = std::uncaught_exceptions();
+  report_.name = options_.name;
+  report_.device = pool_.device();
+  const admission_options& a = options_.admission;
+  if (a.bytes != 0 || a.device_fraction != 0 || a.pool_fraction != 0) admit();
+  const pool_stats entry = pool_.stats();
+  tracked_at_entry_ = ledger_->root()->live_bytes();
+  if (up != nullptr) {
+    up->observe(entry.used_high_bytes, entry.reserved_high_bytes);
+    siblings_at_entry_ = up->children();
+    if (open_at_entry_ == 1) up->set_group_reserve(entry.reserved_bytes);
+  }
+  report_.reserved_at_entry_bytes = entry.reserved_bytes;
+  report_.used_at_entry_bytes = entry.used_bytes;
+  read_driver(report_.driver_free_at_entry_bytes);
+  if (options_.release_threshold_bytes) {
+    saved_threshold_ = pool_.release_threshold();
+    pool_.set_release_threshold(*options_.release_threshold_bytes);
+  }
+  try {
+    // Beside other nested sessions, a reset would take their peaks from them.
+    if (options_.reset_peaks && open_at_entry_ <= 1) {
+      pool_.reset_peaks();
+      observe(entry.used_bytes, entry.reserved_bytes);
+    } else {
+      observe(entry.used_high_bytes, entry.reserved_high_bytes);
+    }
+  } catch (...) {
+    if (saved_threshold_) restore_threshold_nothrow();
+    throw;
+  }
+  start_ = std::chrono::steady_clock::now();
+  recorder* r = options_.record_into;
+  if (r == nullptr) r = parent != nullptr ? parent->recorder_ : pool_.attached_recorder();
+  if (r != nullptr) {
+    scope_ = r->begin_session(options_.name, parent != nullptr ? parent->scope_ : 0, pool_.device(),
+                              pool_.get());
+    recorder_ = r;
+    // Its buffers find the recorder and the id through the ledger they are counted by.
+    ledger_->record_into(detail::record_target{r, scope_});
+  }
+  nvtx_ = nvtx_range(options_.name.empty() ? "cuscope session" : options_.name.c_str());
+}
+
+inline auto session::named(std::string name) -> session_options {
+  session_options o;
+  o.name = std::move(name);
+  return o;
+}
+
+inline void session::observe(std::size_t used_peak, std::size_t reserved_peak) noexcept {
+  if (used_peak > report_.peak_used_bytes) report_.peak_used_bytes = used_peak;
+  if (reserved_peak > report_.peak_reserved_bytes) report_.peak_reserved_bytes = reserved_peak;
+}
+
+inline void session::read_driver(std::size_t& free_bytes) {
+  scoped_device on(pool_.device());
+  std::size_t total = 0;
+  CUSCOPE_DETAIL_TRY_FOR(cudaMemGetInfo(&free_bytes, &total), "session '" + options_.name + "'");
+  report_.driver_total_bytes = total;
+}
+
+inline void session::refuse_in_capture() const {
+  const std::string who = "cuscope::session '" + options_.name + "'";
+  detail::refuse_in_capture(stream_, pool_.device(), who, "finish");
+  for (const stream_ref s : options_.streams)
+    detail::refuse_in_capture(s, pool_.device(), who, "finish");
+}
+
+inline void session::read_graph_memory(bool trim) {
+  const int device = pool_.device();
+  const std::string who = "session '" + options_.name + "'";
+  detail::graph_memory_now(device, report_.graph_used_bytes, report_.graph_reserved_bytes, who);
+  if (!trim) return;
+  const std::size_t before = report_.graph_reserved_bytes;
+  CUSCOPE_DETAIL_TRY_FOR(cudaDeviceGraphMemTrim(device), who);
+  report_.graph_trimmed = true;
+  detail::graph_memory_now(device, report_.graph_used_bytes, report_.graph_reserved_bytes, who);
+  report_.graph_returned_bytes =
+      before > report_.graph_reserved_bytes ? before - report_.graph_reserved_bytes : 0;
+}
+
+inline void session::trim_recorded(std::size_t keep) {
+  pool_.trim_to(keep);
+  if (recorder_ != nullptr && !records_pool())
+    recorder_->record_trim(pool_.device(), pool_.get(), keep);
+  report_.trimmed = true;
+}
+
+inline void session::restore_threshold_nothrow() noexcept {
+  std::uint64_t value = *saved_threshold_;
+  if (CUSCOPE_DETAIL_CLEANUP(
+          cudaMemPoolSetAttribute(pool_.get(), cudaMemPoolAttrReleaseThreshold, &value),
+          "cuscope::session", this))
+    saved_threshold_.reset();
+}
+
+inline void session::synchronize() {
+  if (options_.synchronize_device || ledger_->other_streams()) {
+    report_.synchronized_device = true;
+    scoped_device on(pool_.device());
+    CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), "session '" + options_.name + "'");
+    if (recorder* r = recorder_) {
+      r->record_synchronize(pool_.device(), nullptr, true);
+      r->sample(pool_.device(), pool_.get());  // the reserve the trim will give back
+    }
+    return;
+  }
+  // Default stream handles name those of the pool's device, as for the session's buffers.
+  {
+    const detail::stream_device_guard on(stream_.get(), pool_.device());
+    stream_.synchronize();
+  }
+  for (const stream_ref s : options_.streams) {
+    const detail::stream_device_guard on(s.get(), pool_.device());
+    s.synchronize();
+  }
+  if (recorder* r = recorder_) {
+    r->record_synchronize(pool_.device(), stream_.get());
+    for (const stream_ref s : options_.streams)
+      r->record_synchronize(pool_.device(), s.get());
+    r->sample(pool_.device(), pool_.get());  // the reserve the trim will give back
+  }
+}
+
+inline auto session::finish_impl(bool may_throw) -> const session_report& {
+  if (finished_) return report_;
+  finished_ = true;
+  report_.unwinding = std::uncaught_exceptions() > exceptions_at_entry_;
+  // Every step runs even when an earlier one failed: the pool must be trimmed and its settings
+  // restored whatever happened. The first error is rethrown at the end.
+  // A failed step marks the figures it would have measured as unknown, never as 0.
+  std::exception_ptr error;
+  const auto step = [&](const char* what, std::initializer_list<const char*> figures, auto&& f) {
+    try {
+      f();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+      report_.errors.push_back(std::string(what) + ": " + detail::exception_message());
+      for (const char* figure : figures)
+        if (report_.known(figure)) report_.unknown.emplace_back(figure);
+    }
+  };
+  step("reading the pool's reserve", {"reserved_at_finish_bytes", "returned_bytes"},
+       [&] { report_.reserved_at_finish_bytes = pool_.stats().reserved_bytes; });
+  // A capture on the session's streams cannot survive a synchronization: refuse the
+  // synchronization and the trims that need it, and leave the capture intact.
+  bool capturing = false;
+  step("checking for a stream capture", {}, [&] {
+    try {
+      refuse_in_capture();
+    } catch (const std::logic_error&) {
+      capturing = true;
+      throw;
+    }
+  });
+  if (!capturing) step("synchronizing", {}, [&] { synchronize(); });
+  step("reading the pool's statistics after the synchronization",
+       {"used_at_exit_bytes", "peak_used_bytes", "peak_reserved_bytes", "reserved_at_finish_bytes",
+        "returned_bytes", "untracked_bytes"},
+       [&] {
+         const pool_stats s = pool_.stats();
+         observe(s.used_high_bytes, s.reserved_high_bytes);
+         report_.used_at_exit_bytes = s.used_bytes;
+         account_untracked();
+         // Memory released at the synchronization by a low release threshold went back too.
+         if (s.reserved_bytes > report_.reserved_at_finish_bytes)
+           report_.reserved_at_finish_bytes = s.reserved_bytes;
+       });
+  observe(ledger_->observed_used_peak(), ledger_->observed_reserved_peak());
+  report_.leaked_allocations = ledger_->live_allocations();
+  report_.leaked_bytes = ledger_->live_bytes();
+  report_.tracked_peak_bytes = ledger_->peak_bytes();
+  if (report_.leaked_allocations != 0)
+    step("naming the leaked allocations", {}, [&] { name_leaks(); });
+  if (saved_threshold_) {
+    step("restoring the release threshold", {}, [&] {
+      pool_.set_release_threshold(*saved_threshold_);
+      if (recorder_ != nullptr && !records_pool())
+        recorder_->record_threshold(pool_.device(), pool_.get(), *saved_threshold_);
+      saved_threshold_.reset();
+    });
+  }
+  if (detail::ledger* const up = ledger_->parent()) {
+    // The last of the nested sessions open together trims, back to the reserve when the first
+    // of them began; the others leave the cache to those still running.
+    step("trimming the pool", {}, [&] {
+      const bool last = up->close_child(ledger_, [&](std::size_t group_reserve) {
+        if (!options_.trim || capturing) return;
+        trim_recorded(options_.keep_bytes.value_or(group_reserve));
+      });
+      report_.trim_deferred = options_.trim && !capturing && !last;
+    });
+  } else if (options_.trim && !capturing) {
+    step("trimming the pool", {},
+         [&] { trim_recorded(options_.keep_bytes.value_or(report_.reserved_at_entry_bytes)); });
+  }
+  step("reading the pool's reserve after the trim", {"reserved_at_exit_bytes", "returned_bytes"},
+       [&] {
+         report_.reserved_at_exit_bytes = pool_.stats().reserved_bytes;
+         report_.returned_bytes =
+             report_.reserved_at_finish_bytes > report_.reserved_at_exit_bytes
+                 ? report_.reserved_at_finish_bytes - report_.reserved_at_exit_bytes
+                 : 0;
+       });
+  step("reading the device's graph memory",
+       {"graph_used_bytes", "graph_reserved_bytes", "graph_returned_bytes"},
+       [&] { read_graph_memory(options_.trim_graph_memory && !capturing); });
+  step("reading the device's free memory", {"driver_free_at_exit_bytes"},
+       [&] { read_driver(report_.driver_free_at_exit_bytes); });
+  for (const std::string& figure : report_.unknown)
+    clear_figure(figure);
+  report_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (detail::ledger* const up = ledger_->parent()) {
+    up->observe(report_.peak_used_bytes, report_.peak_reserved_bytes);
+    if (report_.leaked_allocations != 0) ledger_->passed_on();
+    up->close_child(ledger_);  // done above unless that step failed
+  }
+  if (recorder_ != nullptr)
+    recorder_->end_session(scope_, report_.leaked_allocations, report_.leaked_bytes);
+  nvtx_.end();
+  if (options_.report_to != nullptr) {
+    try {
+      options_.report_to->write(report_);
+    } catch (...) {
+      CUSCOPE_DETAIL_CLEANUP_CAUGHT("report_sink::write", "cuscope::session", this);
+    }
+  }
+  if (error) {
+    if (may_throw) std::rethrow_exception(error);
+    // From the destructor: the steps' failure is reported, and the report is still handed on.
+    try {
+      std::rethrow_exception(error);
+    } catch (...) {
+      CUSCOPE_DETAIL_CLEANUP_CAUGHT("session::finish", "cuscope::session", this);
+    }
+  }
+  if (options_.on_finish) options_.on_finish(report_);
+  if (report_.leaked()) on_leak(may_throw);
+  return report_;
+}
+
+inline void session::account_untracked() {
+  const auto tracked_now = static_cast<long long>(ledger_->root()->live_bytes());
+  const long long grown = static_cast<long long>(report_.used_at_exit_bytes) -
+                          static_cast<long long>(report_.used_at_entry_bytes) -
+                          (tracked_now - static_cast<long long>(tracked_at_entry_));
+  report_.untracked_bytes = grown > 0 ? static_cast<std::size_t>(grown) : 0;
+  bool alone = true;
+  if (detail::ledger* const up = ledger_->parent()) {
+    const auto now = up->children();
+    alone =
+        siblings_at_entry_.first == 1 && now.first == 1 && now.second == siblings_at_entry_.second;
+  }
+  report_.concurrent = !alone;
+  report_.untracked_leak = options_.untracked_leaks && alone && report_.untracked_bytes != 0;
+}
+
+inline void session::name_leaks() {
+  std::vector<detail::named_record> live;
+  ledger_->live_records(live);
+  report_.leaks.reserve(live.size());
+  for (const detail::named_record& n : live) {
+    leaked_allocation l;
+    l.bytes = n.record.bytes;
+    l.pointer = n.record.ptr;
+    l.stream = n.record.stream;
+    if (n.record.tag != nullptr) l.tag = n.record.tag;
+    if (n.record.file != nullptr) l.file = n.record.file;
+    l.line = n.record.line;
+    l.session = n.session;
+    report_.leaks.push_back(std::move(l));
+  }
+  // Largest first, in recorded order among equal sizes: a bottom-up merge sort (stable), as
+  // std::stable_sort would, without <algorithm> in this header.
+  std::vector<leaked_allocation>& v = report_.leaks;
+  const std::size_t n = v.size();
+  std::vector<leaked_allocation> merged(n);
+  for (std::size_t width = 1; width < n; width *= 2) {
+    for (std::size_t lo = 0; lo < n; lo += 2 * width) {
+      const std::size_t mid = lo + width < n ? lo + width : n;
+      const std::size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+      std::size_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi)
+        merged[k++] = std::move(v[j].bytes > v[i].bytes ? v[j++] : v[i++]);
+      while (i < mid)
+        merged[k++] = std::move(v[i++]);
+      while (j < hi)
+        merged[k++] = std::move(v[j++]);
+    }
+    v.swap(merged);
+  }
+}
+
+inline void session::clear_figure(const std::string& f) noexcept {
+  session_report& r = report_;
+  std::size_t* value = f == "reserved_at_finish_bytes"    ? &r.reserved_at_finish_bytes
+                       : f == "reserved_at_exit_bytes"    ? &r.reserved_at_exit_bytes
+                       : f == "used_at_exit_bytes"        ? &r.used_at_exit_bytes
+                       : f == "peak_used_bytes"           ? &r.peak_used_bytes
+                       : f == "peak_reserved_bytes"       ? &r.peak_reserved_bytes
+                       : f == "returned_bytes"            ? &r.returned_bytes
+                       : f == "driver_free_at_exit_bytes" ? &r.driver_free_at_exit_bytes
+                       : f == "untracked_bytes"           ? &r.untracked_bytes
+                       : f == "graph_used_bytes"          ? &r.graph_used_bytes
+                       : f == "graph_reserved_bytes"      ? &r.graph_reserved_bytes
+                       : f == "graph_returned_bytes"      ? &r.graph_returned_bytes
+                                                          : nullptr;
+  if (value != nullptr) *value = 0;
+}
+
+inline void session::on_leak(bool may_throw) {
+  switch (options_.on_leak) {
+    case leak_policy::ignore:
+      return;
+    case leak_policy::throw_exception:
+      if (may_throw && !report_.unwinding) throw session_leak_error(report_);
+      [[fallthrough]];
+    case leak_policy::report:
+      if (options_.leak_sink) {
+        options_.leak_sink(report_);
+      } else {
+        std::fprintf(stderr, "cuscope: %s", report_.to_string().c_str());
+      }
+      return;
+    case leak_policy::abort:
+      std::fprintf(stderr, "cuscope: %s", report_.to_string().c_str());
+      std::abort();
+  }
+}
+
+#endif  // CUSCOPE_DETAIL_HOST_CODE
 
 }  // namespace cuscope
 

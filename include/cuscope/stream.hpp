@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "detail/config.hpp"
 #include "detail/format.hpp"
 #include "device.hpp"
 #include "error.hpp"
@@ -265,14 +266,20 @@ class stream {
 namespace detail {
 
 /// The device of stream; for a default stream handle (or without cudaStreamGetDevice), device.
+int stream_device(stream_ref stream, int device);
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+
 inline int stream_device(stream_ref stream, int device) {
-#if CUSCOPE_HAS_STREAM_GET_DEVICE
+#  if CUSCOPE_HAS_STREAM_GET_DEVICE
   if (!is_default_stream(stream.get())) {
     CUSCOPE_DETAIL_TRY_FOR(cudaStreamGetDevice(stream.get(), &device), stream.describe());
   }
-#endif
+#  endif
   return device;
 }
+
+#endif  // CUSCOPE_DETAIL_HOST_CODE
 
 }  // namespace detail
 }  // namespace cuscope

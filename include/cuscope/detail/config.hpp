@@ -29,6 +29,16 @@
 #  define CUSCOPE_DETAIL_HOT_INLINE
 #endif
 
+// nvcc compiles a translation unit once for the host and once more per device architecture. The
+// device passes check the host code too, so they need cuscope's declarations, but none of its
+// host-only function bodies: definitions under CUSCOPE_DETAIL_HOST_CODE are left out of them,
+// which spares every architecture the parsing of cuscope's implementation.
+#if defined(__CUDA_ARCH__)
+#  define CUSCOPE_DETAIL_HOST_CODE 0
+#else
+#  define CUSCOPE_DETAIL_HOST_CODE 1
+#endif
+
 // cudaMemPoolProps::maxSize, a pool's hard limit, exists from CUDA 12.2.
 #if CUDART_VERSION >= 12020
 #  define CUSCOPE_HAS_POOL_MAX_SIZE 1

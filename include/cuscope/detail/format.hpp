@@ -12,6 +12,19 @@
 namespace cuscope::detail {
 
 /// "512 B", "1.50 KiB", "3.25 GiB".
+std::string format_bytes(std::size_t bytes);
+
+/// "0x7f12a4000000"
+std::string format_pointer(const void* p);
+
+/// s as a JSON string, quotes and escapes included, appended to out.
+void json_string(std::string& out, const std::string& s);
+
+/// p as a JSON string: "0x7f12a4000000".
+std::string json_pointer(const void* p);
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+
 CUSCOPE_DETAIL_COLD inline std::string format_bytes(std::size_t bytes) {
   static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   char buf[32];
@@ -29,14 +42,12 @@ CUSCOPE_DETAIL_COLD inline std::string format_bytes(std::size_t bytes) {
   return buf;
 }
 
-/// "0x7f12a4000000"
 CUSCOPE_DETAIL_COLD inline std::string format_pointer(const void* p) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%p", p);
   return buf;
 }
 
-/// s as a JSON string, quotes and escapes included, appended to out.
 CUSCOPE_DETAIL_COLD inline void json_string(std::string& out, const std::string& s) {
   out += '"';
   for (const char c : s) {
@@ -67,12 +78,13 @@ CUSCOPE_DETAIL_COLD inline void json_string(std::string& out, const std::string&
   out += '"';
 }
 
-/// p as a JSON string: "0x7f12a4000000".
 CUSCOPE_DETAIL_COLD inline std::string json_pointer(const void* p) {
   char b[32];
   std::snprintf(b, sizeof b, "\"0x%llx\"",
                 static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(p)));
   return b;
 }
+
+#endif  // CUSCOPE_DETAIL_HOST_CODE
 
 }  // namespace cuscope::detail

@@ -14,7 +14,20 @@
 
 #include "../device.hpp"
 #include "../error.hpp"
+#include "config.hpp"
 #include "format.hpp"
+
+namespace cuscope::detail {
+
+/// "CUSCOPE_<NAME>_" for name (letters, digits and '_', upper-cased); who names the caller in the
+/// std::invalid_argument thrown for an empty name or another character.
+std::string env_prefix(const std::string& name, const char* who);
+
+}  // namespace cuscope::detail
+
+// Everything below is host code only (detail/config.hpp): the definitions of
+// pool_options::from_env and of what they use.
+#if CUSCOPE_DETAIL_HOST_CODE
 
 namespace cuscope::detail {
 
@@ -81,8 +94,6 @@ CUSCOPE_DETAIL_COLD inline bool parse_env_amount(const std::string& text, env_am
   return false;
 }
 
-/// "CUSCOPE_<NAME>_" for name (letters, digits and '_', upper-cased); who names the caller in the
-/// std::invalid_argument thrown for an empty name or another character.
 CUSCOPE_DETAIL_COLD inline std::string env_prefix(const std::string& name, const char* who) {
   if (name.empty()) throw std::invalid_argument(std::string(who) + ": the name is empty");
   std::string prefix = "CUSCOPE_";
@@ -181,3 +192,5 @@ inline pool_options pool_options::from_env(const std::string& name, pool_options
 }
 
 }  // namespace cuscope
+
+#endif  // CUSCOPE_DETAIL_HOST_CODE

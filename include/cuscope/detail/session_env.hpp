@@ -3,7 +3,6 @@
 // environment variables, read only when the code asks. Included at the end of session.hpp.
 #pragma once
 
-#include <cmath>
 #include <cstddef>
 #include <cstdlib>
 #include <stdexcept>
@@ -12,7 +11,11 @@
 
 #include "../device.hpp"
 #include "../memory_pool.hpp"  // detail::env_prefix, parse_env_amount, device_total_bytes
+#include "config.hpp"
 #include "format.hpp"
+
+// Host code only (detail/config.hpp).
+#if CUSCOPE_DETAIL_HOST_CODE
 
 namespace cuscope {
 
@@ -66,8 +69,8 @@ inline session_options session_options::from_env(const std::string& name, sessio
       detail::check_device(device, who);
       total = detail::device_total_bytes(device);
     }
-    const auto bytes =
-        static_cast<std::size_t>(std::floor(parsed.value * static_cast<double>(total)));
+    // floor, the product being >= 0: <cmath> is left out of the core headers.
+    const auto bytes = static_cast<std::size_t>(parsed.value * static_cast<double>(total));
     store_bytes(bytes);
     note(std::string(field) + " = " + detail::format_bytes(bytes) + " from " + variable + "=" +
          value + " of " + detail::format_bytes(total) + " on device " + std::to_string(device));
@@ -118,3 +121,5 @@ inline session_options session_options::from_env(const std::string& name, sessio
 }
 
 }  // namespace cuscope
+
+#endif  // CUSCOPE_DETAIL_HOST_CODE
