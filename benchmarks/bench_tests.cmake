@@ -50,3 +50,17 @@ add_test(NAME bench.compile_cost
              --cxx ${CMAKE_CXX_COMPILER} --include ${PROJECT_SOURCE_DIR}/include
              ${system_includes} --quick --json ${json})
 set_tests_properties(bench.compile_cost PROPERTIES LABELS "bench" TIMEOUT 120)
+
+# cuscope's allocation paths beside CCCL's resource_ref, under callgrind (RMM needs a download, which
+# CI does not make: --no-rmm; benchmarks/peers/host_cost.py without it adds RMM).
+if(TARGET cuscope_sim_runtime AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  set(json ${cuscope_bench_out}/host_cost.json)
+  list(GET CUDAToolkit_INCLUDE_DIRS 0 cuda_include)
+  add_test(NAME bench.host_cost
+    COMMAND ${CMAKE_COMMAND} -DJSON=${json} -P ${CMAKE_CURRENT_SOURCE_DIR}/run_and_check.cmake
+            -- ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/peers/host_cost.py
+               --cxx ${CMAKE_CXX_COMPILER} --sim-lib $<TARGET_FILE:cuscope_sim_runtime>
+               --cuda-include ${cuda_include} --no-rmm --quick --json ${json})
+  set_tests_properties(bench.host_cost PROPERTIES
+    LABELS "bench" TIMEOUT 300 SKIP_REGULAR_EXPRESSION "SKIPPED:")
+endif()
