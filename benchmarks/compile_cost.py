@@ -99,6 +99,9 @@ def main():
     p.add_argument("--each-header", action="store_true",
                    help="also measure every public header alone")
     p.add_argument("--baseline", help="the --json of an earlier --each-header run to compare with")
+    p.add_argument("--baseline-include", action="append", default=[],
+                   help="an include directory of an earlier cuscope (in place of --include) to "
+                        "measure in the same run, interleaved, and compare with; repeatable")
     p.add_argument("--nvcc", help="also measure nvcc translation units with this nvcc")
     a = p.parse_args()
     runs = a.runs or (3 if a.quick else 9)
@@ -106,10 +109,16 @@ def main():
         [f for d in a.system_include for f in ("-isystem", d)]
     version = subprocess.run([a.cxx, "--version"], stdout=subprocess.PIPE,
                              universal_newlines=True).stdout.splitlines()[0]
+    # With --baseline-include, every unit also runs with the earlier headers, as "baseline <unit>".
+    baseline_flags = None
+    if a.baseline_include:
+        baseline_flags = ["-std=c++17"] + ["-I" + d for d in a.baseline_include] + \
+            [f for d in a.system_include for f in ("-isystem", d)]
+    flags_of = lambda name: baseline_flags if name.startswith("baseline ") else flags
 
     units = list(UNITS)
     headers = []
-    if a.each_header or a.baseline:
+    if a.each_header or a.baseline or a.baseline_include:
         for h in public_headers(a.include):
             if h == "cuscope/cuscope.hpp":
                 continue
@@ -123,28 +132,33 @@ def main():
                 continue
             headers.append(h)
             units.append((h, "#include <%s>\n" % h))
+    if baseline_flags:
+        units += [("baseline " + name, text) for name, text in units
+                  if name not in ("empty", "cuda_runtime_api.h")]
     results = {}
     with tempfile.TemporaryDirectory(prefix="cuscope-compile-cost-") as work:
         files = {}
         for name, text in units:
             if text is None:
-                text = dependencies(a.include)
+                text = dependencies(a.baseline_include if name.startswith("baseline ")
+                                    else a.include)
             path = os.path.join(work, name.replace("/", "_").replace(".", "_") + ".cpp")
             with open(path, "w") as f:
                 f.write(text)
             files[name] = path
-            pre = subprocess.run([a.cxx] + flags + ["-E", "-P", path], stdout=subprocess.PIPE,
+            pre = subprocess.run([a.cxx] + flags_of(name) + ["-E", "-P", path],
+                                 stdout=subprocess.PIPE,
                                  universal_newlines=True, check=True).stdout
             lines = pre.splitlines()
             results[name] = {"preprocessed_lines": len(lines),
                              "preprocessed_nonblank_lines": sum(1 for l in lines if l.strip()),
                              "preprocessed_bytes": len(pre), "wall_s": [], "cpu_s": []}
         for name, _ in units:  # warm-up: the file system cache holds the headers
-            timed([a.cxx] + flags + ["-fsyntax-only", files[name]])
+            timed([a.cxx] + flags_of(name) + ["-fsyntax-only", files[name]])
         for r in range(runs):
             for i in range(len(units)):
                 name = units[(i + r) % len(units)][0]
-                wall, cpu = timed([a.cxx] + flags + ["-fsyntax-only", files[name]])
+                wall, cpu = timed([a.cxx] + flags_of(name) + ["-fsyntax-only", files[name]])
                 results[name]["wall_s"].append(wall)
                 results[name]["cpu_s"].append(cpu)
 
@@ -209,12 +223,13 @@ def main():
     tables = [{"title": title, "columns": columns, "rows": rows}]
     nvcc_results = {}
     if a.nvcc:
-        nvcc_results, nvcc_table, nvcc_headline = measure_nvcc(a.nvcc, flags, runs, a.baseline)
+        nvcc_results, nvcc_table, nvcc_headline = measure_nvcc(a.nvcc, flags, runs, a.baseline,
+                                                               baseline_flags)
         tables.append(nvcc_table)
         headline += nvcc_headline
     if headers:
         tables.append(header_table(results, ["cuscope/cuscope.hpp"] + headers, version, runs,
-                                   a.baseline))
+                                   a.baseline, same_run=bool(baseline_flags)))
     if a.json:
         for r in results.values():
             r.pop("wall_s")
@@ -248,10 +263,11 @@ NVCC_ARCHS = {
 }
 
 
-def measure_nvcc(nvcc, flags, runs, baseline=None):
+def measure_nvcc(nvcc, flags, runs, baseline=None, baseline_flags=None):
     """nvcc -c of a kernel with <cuda_runtime.h> alone and with <cuscope/cuscope.hpp>, for one and
     four architectures, interleaved in rounds. Returns (results, table, headline). With the JSON
-    of an earlier run with --nvcc as baseline, its added seconds are shown beside."""
+    of an earlier run with --nvcc as baseline, its added seconds are shown beside; with
+    baseline_flags (an earlier cuscope's headers), that one is measured in the same rounds."""
     lines = subprocess.run([nvcc, "--version"], stdout=subprocess.PIPE,
                            universal_newlines=True).stdout.strip().splitlines()
     version = next((l for l in lines if "release" in l), lines[-1] if lines else nvcc)
@@ -259,6 +275,8 @@ def measure_nvcc(nvcc, flags, runs, baseline=None):
              ("cuscope", "#include <cuda_runtime.h>\n#include <cuscope/cuscope.hpp>\n" +
               NVCC_KERNEL)]
     cases = [(u, arch) for u, _ in units for arch in NVCC_ARCHS]
+    if baseline_flags:
+        cases += [("cuscope (baseline)", arch) for arch in NVCC_ARCHS]
     cpu = {c: [] for c in cases}
     with tempfile.TemporaryDirectory(prefix="cuscope-compile-cost-nvcc-") as work:
         paths = {}
@@ -267,7 +285,9 @@ def measure_nvcc(nvcc, flags, runs, baseline=None):
             with open(paths[name], "w") as f:
                 f.write(text)
         out = os.path.join(work, "out.o")
-        command = lambda c: [nvcc] + flags + NVCC_ARCHS[c[1]] + ["-c", paths[c[0]], "-o", out]
+        command = lambda c: [nvcc] + (baseline_flags if c[0] == "cuscope (baseline)" else flags) \
+            + NVCC_ARCHS[c[1]] + ["-c", paths["cuscope" if c[0] == "cuscope (baseline)" else c[0]],
+                                  "-o", out]
         for c in cases:  # warm-up
             timed(command(c))
         for r in range(runs):
@@ -286,7 +306,11 @@ def measure_nvcc(nvcc, flags, runs, baseline=None):
             for arch in NVCC_ARCHS]
     rows.append(["per extra architecture", "", "", "%+.2f s" % added_per_arch])
     before = None
-    if baseline:
+    if baseline_flags:
+        before = {"nvcc %s, %s" % ("runtime" if u == "runtime" else "cuscope", arch):
+                  {"cpu_ms": {"median": med[(u, arch)] * 1e3}}
+                  for u in ("runtime", "cuscope (baseline)") for arch in NVCC_ARCHS}
+    elif baseline:
         with open(baseline) as f:
             before = json.load(f).get("nvcc")
     if before:
@@ -319,10 +343,14 @@ def measure_nvcc(nvcc, flags, runs, baseline=None):
     return results, {"title": title, "columns": columns, "rows": rows}, headline
 
 
-def header_table(results, headers, version, runs, baseline):
-    """Prints and returns the table of the public headers, each alone, beside the baseline's."""
+def header_table(results, headers, version, runs, baseline, same_run=False):
+    """Prints and returns the table of the public headers, each alone, beside the baseline's (an
+    earlier run's JSON, or the baseline headers measured in this run)."""
     before = {}
-    if baseline:
+    if same_run:
+        before = {name[len("baseline "):]: r for name, r in results.items()
+                  if name.startswith("baseline ")}
+    elif baseline:
         with open(baseline) as f:
             for r in json.load(f)["results"]:
                 before[r["unit"]] = r
