@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -17,6 +18,7 @@
 
 #include "detail/config.hpp"
 #include "detail/format.hpp"
+#include "detail/pool_directory.hpp"
 #include "detail/recorder_hook.hpp"
 #include "device.hpp"
 #include "error.hpp"
@@ -81,6 +83,9 @@ struct pool_options {
   pool_export export_handle = pool_export::none;
   /// @brief Where the values came from, for logs and reports; from_env() fills it.
   std::string origin;
+  /// @brief A name for messages and reports ("pool 'requests' 0x... on device 0"), kept by the
+  /// pool and found by every reference to it; from_env(name) sets it to name when it is empty.
+  std::string name;
 
   /// @brief defaults, with the values that CUSCOPE_<NAME>_* environment variables set
   /// (NAME is name in upper case): DEVICE (an ordinal), MAX_BYTES, RELEASE_THRESHOLD (also
@@ -120,6 +125,71 @@ enum class alloc_policy : unsigned char {
 class memory_pool;
 class memory_pool_ref;
 
+/// @brief What an out-of-memory handler is told: a pool refused an allocation.
+struct out_of_memory_info {
+  cudaMemPool_t pool = nullptr;   ///< The pool that refused.
+  int device = 0;                 ///< Its device.
+  cudaStream_t stream = nullptr;  ///< The stream the allocation was for.
+  std::size_t bytes = 0;          ///< The request.
+  unsigned attempt = 1;           ///< 1 for the first refusal, 2 after one retry, and so on.
+  void* user = nullptr;           ///< What set_out_of_memory_handler was given.
+};
+
+/// @brief Called when a pool refuses an allocation, after alloc_policy's own retry and before
+/// out_of_memory is thrown, on the allocating thread. Return true to have the allocation tried
+/// again (after freeing memory: dropping a cache, empty_cache() on other pools), false to let it
+/// fail. It is called again after each refused retry, with attempt counting up; it must not
+/// throw, and must not allocate from a pool in a way that calls it again without end.
+using out_of_memory_handler = bool (*)(const out_of_memory_info& info) noexcept;
+
+namespace detail {
+struct oom_handler_slot {
+  std::atomic<bool> locked{false};
+  out_of_memory_handler handler = nullptr;
+  void* user = nullptr;
+};
+inline oom_handler_slot oom_slot;  // constant-initialized; one per program
+
+template <class F>
+auto with_oom_slot(F f) noexcept {
+  while (oom_slot.locked.exchange(true, std::memory_order_acquire))
+    while (oom_slot.locked.load(std::memory_order_relaxed)) {
+    }
+  auto r = f(oom_slot);
+  oom_slot.locked.store(false, std::memory_order_release);
+  return r;
+}
+}  // namespace detail
+
+/// @brief Sets the handler every pool calls when it refuses an allocation, for every thread;
+/// nullptr for none (the default). user is handed to it in out_of_memory_info::user. Returns the
+/// previous handler (its user data is not returned: keep it if you restore it).
+inline out_of_memory_handler set_out_of_memory_handler(out_of_memory_handler handler,
+                                                       void* user = nullptr) noexcept {
+  return detail::with_oom_slot([&](detail::oom_handler_slot& slot) {
+    slot.user = user;
+    return std::exchange(slot.handler, handler);
+  });
+}
+
+/// @brief Sets an out-of-memory handler for a scope and restores the previous one at its end.
+class scoped_out_of_memory_handler {
+ public:
+  explicit scoped_out_of_memory_handler(out_of_memory_handler handler,
+                                        void* user = nullptr) noexcept
+      : previous_(detail::with_oom_slot([&](detail::oom_handler_slot& slot) {
+          previous_user_ = std::exchange(slot.user, user);
+          return std::exchange(slot.handler, handler);
+        })) {}
+  scoped_out_of_memory_handler(const scoped_out_of_memory_handler&) = delete;
+  scoped_out_of_memory_handler& operator=(const scoped_out_of_memory_handler&) = delete;
+  ~scoped_out_of_memory_handler() { (void)set_out_of_memory_handler(previous_, previous_user_); }
+
+ private:
+  void* previous_user_ = nullptr;
+  out_of_memory_handler previous_;
+};
+
 namespace detail {
 
 /// The half of free_async_nothrow that is not a successful free on a stream other than a default
@@ -139,7 +209,10 @@ CUSCOPE_DETAIL_NOINLINE inline bool free_async_slow(void* ptr, cudaStream_t stre
   return cleanup_ok(status, "cudaFreeAsync(ptr, stream)",
                     capturing ? "device memory of a pool, freed in a stream capture that did not "
                                 "allocate it (free it before the capture begins or after it ends)"
-                              : "device memory of a pool",
+                    : status == cudaErrorInvalidValue
+                        ? "device memory of a pool, which CUDA does not know as the start of a "
+                          "live allocation (freed twice, or adopted by two owners)"
+                        : "device memory of a pool",
                     ptr, __FILE__, __LINE__, bytes);
 }
 
@@ -263,7 +336,8 @@ class pool_base {
   /// Memory whose free has not completed cannot be released: synchronize the streams that freed
   /// it first (a session does both).
   void trim_to(std::size_t bytes) const {
-    CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolTrimTo(checked_handle(), bytes), describe());
+    const cudaError_t status = cudaMemPoolTrimTo(checked_handle(), bytes);
+    if (status != cudaSuccess) failed(status, "cudaMemPoolTrimTo(handle, bytes)");
     if (detail::recorder_hook* h = detail::hook_for(self().handle_))
       h->on_trim(self().device_, self().handle_, bytes);
   }
@@ -321,9 +395,10 @@ class pool_base {
   void deallocate(stream_ref stream, void* ptr, std::size_t bytes) const {
     if (ptr == nullptr) return;
     if (detail::is_default_stream(stream.get())) {
-      deallocate_on_device(stream, ptr);
+      deallocate_on_device(stream, ptr, bytes);
     } else {
-      CUSCOPE_DETAIL_TRY_FOR(cudaFreeAsync(ptr, stream.get()), describe());
+      const cudaError_t status = cudaFreeAsync(ptr, stream.get());
+      if (status != cudaSuccess) free_failed(status, ptr, bytes, stream);
     }
     if (detail::any_pool_recorded())
       detail::notify_free({}, self().device_, self().handle_, stream.get(), ptr, bytes);
@@ -339,7 +414,13 @@ class pool_base {
       (void)cudaGetLastError();
     else if (default_pool == d.handle_)
       return "the default pool of device " + std::to_string(d.device_);
-    return "pool " + format_pointer(static_cast<const void*>(d.handle_)) + " on device " +
+    std::string name;
+    try {
+      name = pool_directory::get().find(d.handle_).first;
+    } catch (const std::bad_alloc&) {  // the message goes without the name
+    }
+    return (name.empty() ? "pool " : "pool '" + name + "' ") +
+           format_pointer(static_cast<const void*>(d.handle_)) + " on device " +
            std::to_string(d.device_);
   }
 
@@ -361,24 +442,58 @@ class pool_base {
 
   std::size_t get_u64(cudaMemPoolAttr attr) const {
     std::uint64_t value = 0;
-    CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolGetAttribute(checked_handle(), attr, &value), describe());
+    const cudaError_t status = cudaMemPoolGetAttribute(checked_handle(), attr, &value);
+    if (status != cudaSuccess) failed(status, "cudaMemPoolGetAttribute(handle, attr, &value)");
     return value;
   }
 
   void set_u64(cudaMemPoolAttr attr, std::size_t bytes) const {
     std::uint64_t value = bytes;
-    CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolSetAttribute(checked_handle(), attr, &value), describe());
+    const cudaError_t status = cudaMemPoolSetAttribute(checked_handle(), attr, &value);
+    if (status != cudaSuccess) failed(status, "cudaMemPoolSetAttribute(handle, attr, &value)");
   }
 
   bool get_flag(cudaMemPoolAttr attr) const {
     int value = 0;
-    CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolGetAttribute(checked_handle(), attr, &value), describe());
+    const cudaError_t status = cudaMemPoolGetAttribute(checked_handle(), attr, &value);
+    if (status != cudaSuccess) failed(status, "cudaMemPoolGetAttribute(handle, attr, &value)");
     return value != 0;
   }
 
   void set_flag(cudaMemPoolAttr attr, bool on) const {
     int value = on ? 1 : 0;
-    CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolSetAttribute(checked_handle(), attr, &value), describe());
+    const cudaError_t status = cudaMemPoolSetAttribute(checked_handle(), attr, &value);
+    if (status != cudaSuccess) failed(status, "cudaMemPoolSetAttribute(handle, attr, &value)");
+  }
+
+  // Throws for a failed deallocate, naming the misuses CUDA refuses that way.
+  [[noreturn]] CUSCOPE_DETAIL_COLD void free_failed(cudaError_t status, const void* ptr,
+                                                    std::size_t bytes, stream_ref stream) const {
+    std::string object = describe() + ", " + format_pointer(ptr) + " (" + format_bytes(bytes) +
+                         ") on " + stream.describe();
+    if (status == cudaErrorInvalidValue)
+      object +=
+          ": CUDA does not know it as the start of a live allocation (freed twice, owned "
+          "by two objects, or not the address an allocation returned)";
+    throw_cuda_error(status, "cudaFreeAsync(ptr, stream)", __FILE__, __LINE__, object);
+  }
+
+  // Throws cuda_error for a call on the pool that failed with status, saying so when the
+  // handle is one of a memory_pool that was destroyed (a reference, buffer or session outlived
+  // it; or a pool made later outside cuscope got the same handle and was destroyed as well).
+  [[noreturn]] CUSCOPE_DETAIL_COLD void failed(cudaError_t status, const char* call) const {
+    throw_cuda_error(status, call, __FILE__, __LINE__, describe() + destroyed_note(status));
+  }
+
+  CUSCOPE_DETAIL_COLD std::string destroyed_note(cudaError_t status) const {
+    if (status != cudaErrorInvalidValue && status != cudaErrorInvalidResourceHandle) return {};
+    try {
+      if (pool_directory::get().find(self().handle_).second)
+        return " (a memory_pool with this handle was destroyed: a memory_pool_ref, buffer or "
+               "session was used after its pool)";
+    } catch (const std::bad_alloc&) {  // the message goes without the diagnosis
+    }
+    return {};
   }
 
   // allocate() on a default stream, with the pool's device current.
@@ -397,9 +512,11 @@ class pool_base {
   }
 
   // The free of deallocate() on a default stream, with the pool's device current.
-  CUSCOPE_DETAIL_NOINLINE void deallocate_on_device(stream_ref stream, void* ptr) const {
+  CUSCOPE_DETAIL_NOINLINE void deallocate_on_device(stream_ref stream, void* ptr,
+                                                    std::size_t bytes) const {
     const stream_device_guard on(stream.get(), self().device_);
-    CUSCOPE_DETAIL_TRY_FOR(cudaFreeAsync(ptr, stream.get()), describe());
+    const cudaError_t status = cudaFreeAsync(ptr, stream.get());
+    if (status != cudaSuccess) free_failed(status, ptr, bytes, stream);
   }
 
   // The cold half of allocate(): the retry policy asks for, then the exception.
@@ -435,12 +552,38 @@ class pool_base {
     }
     if (rec != nullptr && status == cudaErrorMemoryAllocation)
       rec->on_out_of_memory(self().device_, self().handle_, stream.get(), bytes, target.scope);
+    if (status == cudaErrorMemoryAllocation) {
+      out_of_memory_info info{self().handle_, self().device_, stream.get(), bytes, 1, nullptr};
+      while (status == cudaErrorMemoryAllocation && ask_oom_handler(info)) {
+        void* p = nullptr;
+        status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
+        if (status == cudaSuccess) {
+          if (rec != nullptr)
+            rec->record_allocate(self().device_, self().handle_, stream.get(), p, bytes,
+                                 target.scope);
+          return p;
+        }
+        (void)cudaGetLastError();
+        ++info.attempt;
+      }
+    }
     if (status == cudaErrorMemoryAllocation)
       throw out_of_memory(bytes, oom_message(bytes) +
                                      " (cudaMallocFromPoolAsync failed with "
                                      "cudaErrorMemoryAllocation)");
     throw_cuda_error(status, "cudaMallocFromPoolAsync", __FILE__, __LINE__,
-                     describe() + ", " + format_bytes(bytes) + " on " + stream.describe());
+                     describe() + ", " + format_bytes(bytes) + " on " + stream.describe() +
+                         destroyed_note(status));
+  }
+
+  // Whether the out-of-memory handler (if any) asks for another try.
+  static bool ask_oom_handler(out_of_memory_info& info) noexcept {
+    const out_of_memory_handler handler =
+        detail::with_oom_slot([&](detail::oom_handler_slot& slot) {
+          info.user = slot.user;
+          return slot.handler;
+        });
+    return handler != nullptr && handler(info);
   }
 
   CUSCOPE_DETAIL_COLD std::string oom_message(std::size_t bytes) const {
@@ -562,6 +705,7 @@ class memory_pool : public detail::pool_base<memory_pool> {
                            "new memory_pool on device " + std::to_string(device_));
     if (max_bytes_ != 0) max_bytes_ = detail::enforced_max_bytes(handle_, max_bytes_);
     try {
+      detail::pool_directory::get().made(handle_, device_, options.name);
       set_release_threshold(options.release_threshold_bytes);
       set_reuse(options.reuse);
       for (const int peer : options.access_from)
@@ -578,6 +722,7 @@ class memory_pool : public detail::pool_base<memory_pool> {
   [[nodiscard]] static memory_pool adopt(cudaMemPool_t handle, int device,
                                          std::size_t max_bytes = 0) {
     if (handle == nullptr) throw std::invalid_argument("cuscope::memory_pool::adopt: null handle");
+    detail::pool_directory::get().made(handle, device, {});
     memory_pool p(handle, device, max_bytes);
     return p;
   }
@@ -754,8 +899,9 @@ class memory_pool : public detail::pool_base<memory_pool> {
   void destroy() noexcept {
     // Before the handle can be reused by a new pool.
     stop_recording();
-    if (handle_ != nullptr)
-      (void)CUSCOPE_DETAIL_CLEANUP(cudaMemPoolDestroy(handle_), "cuscope::memory_pool", handle_);
+    if (handle_ != nullptr &&
+        CUSCOPE_DETAIL_CLEANUP(cudaMemPoolDestroy(handle_), "cuscope::memory_pool", handle_))
+      detail::pool_directory::get().destroyed(handle_, device_);
     handle_ = nullptr;
   }
 

@@ -93,6 +93,7 @@ class pinned_memory_pool : public detail::pool_base<pinned_memory_pool> {
                            "new pinned_memory_pool for device " + std::to_string(device_));
     if (max_bytes_ != 0) max_bytes_ = detail::enforced_max_bytes(handle_, max_bytes_);
     try {
+      detail::pool_directory::get().made(handle_, device_, options.name);
       set_access(device_, access_flags::read_write);
       for (const int peer : options.access_from)
         if (peer != device_) set_access(peer, access_flags::read_write);
@@ -179,9 +180,9 @@ class pinned_memory_pool : public detail::pool_base<pinned_memory_pool> {
   }
 
   void destroy() noexcept {
-    if (handle_ != nullptr)
-      (void)CUSCOPE_DETAIL_CLEANUP(cudaMemPoolDestroy(handle_), "cuscope::pinned_memory_pool",
-                                   handle_);
+    if (handle_ != nullptr &&
+        CUSCOPE_DETAIL_CLEANUP(cudaMemPoolDestroy(handle_), "cuscope::pinned_memory_pool", handle_))
+      detail::pool_directory::get().destroyed(handle_, device_);
     handle_ = nullptr;
   }
 

@@ -544,13 +544,21 @@ class session {
 
   /// @brief Frees ptr, bytes from allocate(), in stream order on stream, and stops counting it.
   /// Enqueued on stream; does not synchronize.
-  /// @throws cuda_error when CUDA refuses the free (the allocation is then still counted).
+  /// @throws std::logic_error, freeing nothing, when ptr is not live memory from this session's
+  /// allocate() (deallocated twice, or from elsewhere); cuda_error when CUDA refuses the free
+  /// (the allocation is then still counted).
   void deallocate(stream_ref stream, void* ptr, std::size_t bytes) {
     if (ptr == nullptr) return;
+    const std::uint32_t slot = ledger_->find(ptr);
+    if (slot == detail::ledger::no_slot)
+      throw std::logic_error("cuscope::session '" + options_.name + "': deallocate of " +
+                             detail::format_pointer(ptr) + " (" + detail::format_bytes(bytes) +
+                             "), which is not live memory from this session's allocate() "
+                             "(deallocated twice, or allocated elsewhere); nothing was freed");
     pool_.deallocate(stream, ptr, bytes);
     if (recorder_ != nullptr && !records_pool())
       recorder_->record_free(pool_.device(), pool_.get(), stream.get(), ptr, bytes);
-    ledger_->discharge(ptr, bytes);
+    ledger_->discharge(bytes, slot);
   }
 
   /// @brief Ends the session: synchronizes, counts leaks, restores the release threshold, trims,

@@ -186,6 +186,7 @@ inline pool_options pool_options::from_env(const std::string& name, pool_options
   amount("MAX_BYTES", "max_bytes", options.max_bytes, false);
   amount("RELEASE_THRESHOLD", "release_threshold_bytes", options.release_threshold_bytes, true);
   amount("INITIAL_BYTES", "initial_bytes", options.initial_bytes, false);
+  if (options.name.empty()) options.name = name;
   options.origin = origin.empty() ? "no " + prefix + "* variable set: the values of the code"
                                   : origin + "; the rest from the code";
   return options;

@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: Apache-2.0
+// What messages say about a pool beyond its handle: the name it was made with, and whether
+// cuscope destroyed it. One process-wide list, written when a named pool is made and when a pool
+// is destroyed, read only while a message is built; never on a path that allocates or frees.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cuscope::detail {
+
+class pool_directory {
+ public:
+  struct entry {
+    cudaMemPool_t pool = nullptr;
+    int device = 0;
+    std::string name;
+    bool destroyed = false;
+  };
+
+  /// The one directory; never destroyed, so that pools with static lifetime may use it at exit.
+  static pool_directory& get() noexcept {
+    static pool_directory* const d = new pool_directory;  // NOLINT: lives as long as the process
+    return *d;
+  }
+
+  /// A pool was made (or adopted) on device, named name (may be empty). Forgets a destroyed pool
+  /// the driver gave the same handle. Throws std::bad_alloc.
+  void made(cudaMemPool_t pool, int device, const std::string& name) {
+    const lock l(locked_);
+    erase(pool);
+    if (!name.empty()) entries_.push_back(entry{pool, device, name, false});
+  }
+
+  /// pool was destroyed by cuscope: later failures on it are named as use after destruction.
+  /// Keeps the last destroyed_kept of them. Never throws (a failure to note it is dropped: the
+  /// message then names the CUDA error only).
+  void destroyed(cudaMemPool_t pool, int device) noexcept {
+    const lock l(locked_);
+    std::string name;
+    for (entry& e : entries_)
+      if (e.pool == pool && !e.destroyed) name = std::move(e.name);
+    erase(pool);
+    std::size_t dead = 0;
+    for (const entry& e : entries_)
+      dead += e.destroyed ? 1 : 0;
+    if (dead >= destroyed_kept) {
+      for (auto it = entries_.begin(); it != entries_.end(); ++it)
+        if (it->destroyed) {
+          entries_.erase(it);
+          break;
+        }
+    }
+    try {
+      entries_.push_back(entry{pool, device, std::move(name), true});
+    } catch (...) {  // std::bad_alloc: the message loses only the diagnosis
+    }
+  }
+
+  /// The name pool was made with ("" for none) and whether cuscope destroyed it. Throws
+  /// std::bad_alloc.
+  std::pair<std::string, bool> find(cudaMemPool_t pool) const {
+    const lock l(locked_);
+    for (const entry& e : entries_)
+      if (e.pool == pool) return {e.name, e.destroyed};
+    return {std::string(), false};
+  }
+
+  static constexpr std::size_t destroyed_kept = 64;
+
+ private:
+  pool_directory() = default;
+
+  class lock {
+   public:
+    explicit lock(std::atomic<bool>& flag) noexcept : flag_(flag) {
+      while (flag_.exchange(true, std::memory_order_acquire))
+        while (flag_.load(std::memory_order_relaxed)) {
+        }
+    }
+    lock(const lock&) = delete;
+    lock& operator=(const lock&) = delete;
+    ~lock() { flag_.store(false, std::memory_order_release); }
+
+   private:
+    std::atomic<bool>& flag_;
+  };
+
+  void erase(cudaMemPool_t pool) noexcept {
+    for (std::size_t i = entries_.size(); i-- != 0;)
+      if (entries_[i].pool == pool) entries_.erase(entries_.begin() + static_cast<long>(i));
+  }
+
+  mutable std::atomic<bool> locked_{false};
+  std::vector<entry> entries_;
+};
+
+}  // namespace cuscope::detail
