@@ -25,15 +25,6 @@ namespace {
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
-std::vector<std::string> cleanup_messages;
-
-void record_cleanup(const cuscope::cleanup_error& e) noexcept {
-  try {
-    cleanup_messages.push_back(std::string(e.operation) + " | " + e.object + " | " + e.message);
-  } catch (...) {
-  }
-}
-
 pool_options named(const char* name) {
   pool_options o;
   o.name = name;
@@ -123,6 +114,19 @@ TEST_CASE("misuse: a pointer deallocated twice from a pool names the misuse", "[
   CHECK(cudaGetLastError() == cudaSuccess);
   s.synchronize();
 }
+
+namespace {
+
+std::vector<std::string> cleanup_messages;
+
+void record_cleanup(const cuscope::cleanup_error& e) noexcept {
+  try {
+    cleanup_messages.push_back(std::string(e.operation) + " | " + e.object + " | " + e.message);
+  } catch (...) {
+  }
+}
+
+}  // namespace
 
 TEST_CASE("misuse: one pointer adopted by two buffers reports the second free as such",
           "[misuse][sim]") {
