@@ -1075,6 +1075,7 @@ struct graph_objects {
 
 // Synchronizes a stream when it goes out of scope, as a user who frees pinned memory must.
 struct synchronize_on_exit {
+  explicit synchronize_on_exit(cudaStream_t s) noexcept : stream(s) {}
   cudaStream_t stream;
   synchronize_on_exit(const synchronize_on_exit&) = delete;
   synchronize_on_exit& operator=(const synchronize_on_exit&) = delete;
