@@ -78,7 +78,7 @@ else
   if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
     export PATH="/usr/local/cuda/bin:$PATH"
   fi
-  if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
+  if ! { command -v nvidia-smi >/dev/null 2>&1 && grep -q '^GPU ' <<<"$(nvidia-smi -L 2>/dev/null)"; }; then
     die "no GPU found (nvidia-smi -L lists none); --sim rehearses the run without one"
   fi
 fi
@@ -201,7 +201,7 @@ bench() {  # bench NAME LIMIT: one benchmark executable, if this build has it
   local name="$1" limit="$2" exe="$build/benchmarks/$1_bench$suffix"
   if [ -x "$exe" ]; then
     step "$name" "$limit" "$exe" "${q[@]}" --json "$raw/$name.json"
-  elif printf '%s\n' "${names[@]}" | grep -qx "${name}_bench"; then
+  elif grep -qx "${name}_bench" <<<"$(printf '%s\n' "${names[@]}")"; then
     printf '%s\t%s\t\t%s\n' "$name" "failed" "not built (see build.log)" >>"$steps"
     echo "-- $name: NOT BUILT (see build.log)" >&2
     failed=1

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+if command -v nvidia-smi >/dev/null 2>&1 && grep -q '^GPU ' <<<"$(nvidia-smi -L 2>/dev/null)"; then
   echo "cuscope: a GPU is present; building the demo for it"
   cmake --workflow --preset demo-gpu >/dev/null
   exec build/demo-gpu/examples/demo "$@"

@@ -71,7 +71,7 @@ cd "$root"
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
-if [ "$no_gpu" = 0 ] && ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
+if [ "$no_gpu" = 0 ] && ! { command -v nvidia-smi >/dev/null 2>&1 && grep -q '^GPU ' <<<"$(nvidia-smi -L 2>/dev/null)"; }; then
   die "no GPU found (nvidia-smi -L lists none); --no-gpu rehearses without one"
 fi
 
@@ -271,8 +271,8 @@ summarize() {
     [ -f "$logs/$f.log" ] || continue
     echo "== $f"
     grep -E 'tests passed|tests failed out of' "$logs/$f.log" || true
-    sed -n '/^The following tests FAILED:/,/^Errors while running/p' "$logs/$f.log" | head -n 40
-    sed -n '/^The following tests did not run:/,/^$/p' "$logs/$f.log" | head -n 30
+    sed -n '/^The following tests FAILED:/,/^Errors while running/p' "$logs/$f.log" | head -n 40 || true
+    sed -n '/^The following tests did not run:/,/^$/p' "$logs/$f.log" | head -n 30 || true
     # Test cases that a GPU machine with one device skips, and the failing assertions.
     grep -hoE 'skipped: needs.*|[^ ]+: FAILED:$' "$logs/$f.log" | sort | uniq -c | head -n 30 || true
   done

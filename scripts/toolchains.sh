@@ -173,11 +173,12 @@ run_one() {
     die "$name: the build did not take CUDA from $prefix"
   cmake --build "$build" || die "$name: build failed"
   if [ "$real" = AUTO ]; then
-    # The real-runtime tests were linked with the composed libcudart.
+    # The real-runtime tests were linked with the composed libcudart. ldd is read whole: grep -q
+    # reading a pipe may exit before ldd has written, and pipefail would count its SIGPIPE.
     local exe
     for exe in "$build"/tests/*_test_gpu; do
       [ -e "$exe" ] || die "$name: no real-runtime test executables were built"
-      ldd "$exe" | grep -q "libcudart.so.$rt_major => $prefix/" ||
+      grep -q "libcudart.so.$rt_major => $prefix/" <<<"$(ldd "$exe")" ||
         die "$name: $(basename "$exe") does not load libcudart.so.$rt_major from $prefix"
     done
   fi
