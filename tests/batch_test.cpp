@@ -1046,6 +1046,21 @@ TEST_CASE("batch: batches(session, ...) are counted by the session and kept with
     CHECK(seen == source.size());
   }
   CHECK(work.live_bytes() == 0);
+#if CUSCOPE_TEST_SIMULATED
+  {
+    // A budget's refusal is not the pool's: the range shrinks without synchronizing the device
+    // or trimming the pool's cache.
+    const std::size_t syncs = cuscope::sim::call_count("cudaDeviceSynchronize");
+    const std::size_t trims = cuscope::sim::call_count("cudaMemPoolTrimTo");
+    const std::size_t reserved = pool.stats().reserved_bytes;
+    CHECK(reserved >= batch_bytes);  // the first range's buffers, cached by the pool
+    auto range = batches(work, source, 4096, adapt);
+    CHECK(range.batch_size() == 2048);
+    CHECK(cuscope::sim::call_count("cudaDeviceSynchronize") == syncs);
+    CHECK(cuscope::sim::call_count("cudaMemPoolTrimTo") == trims);
+    CHECK(pool.stats().reserved_bytes >= reserved);
+  }
+#endif
   const cuscope::session_report& r = work.finish();
   CHECK(r.tracked_peak_bytes == batch_bytes);
   CHECK_FALSE(r.leaked());

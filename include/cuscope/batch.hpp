@@ -35,7 +35,8 @@ struct batch_options {
   /// source must hold a whole number of samples.
   std::size_t sample_elements = 1;
   /// @brief When the buffers do not fit: synchronize the device, trim the pool and retry, then
-  /// halve the batch size down to min_batch. The size used is batch_range::batch_size().
+  /// halve the batch size down to min_batch. The size used is batch_range::batch_size(). A
+  /// session's budget refusing halves at once, without the synchronization and the trim.
   bool adapt_to_memory = false;
   /// @brief The smallest batch size, in samples, that adapt_to_memory may choose (at least 1).
   std::size_t min_batch = 1;

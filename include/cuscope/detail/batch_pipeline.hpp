@@ -229,6 +229,8 @@ class batch_pipeline {
 
   // The buffers of min(depth, batches) slots, once. Out of memory, with adapt_to_memory:
   // synchronize and trim, retry, then shrink the batch (batch_plan::shrink) down to min_batch.
+  // A session's budget refusing (status cudaSuccess: CUDA was not asked) is not helped by a
+  // synchronization or a trim, which would only cost the pool's cache: the batch shrinks at once.
   void allocate(const batch_config& c) {
     bool retried = false;
     for (;;) {
@@ -238,13 +240,18 @@ class batch_pipeline {
       } catch (const out_of_memory& e) {
         slots_.clear();  // frees what was allocated, in order on the copy stream
         if (!c.adapt_to_memory) throw;
-        if (retried && !plan_.can_shrink(c.min_batch))
+        const bool budget = e.status() == cudaSuccess;
+        if ((retried || budget) && !plan_.can_shrink(c.min_batch))
           throw out_of_memory(e.requested_bytes(),
                               "cuscope::batches: out of memory even at the smallest batch size "
                               "allowed (min_batch = " +
                                   std::to_string(c.min_batch) + " samples, depth " +
                                   std::to_string(c.depth) + "): " + e.what(),
                               e.status());
+        if (budget) {
+          plan_.shrink(c.min_batch);
+          continue;
+        }
         reclaim();
         if (retried) plan_.shrink(c.min_batch);
         retried = true;
