@@ -56,6 +56,10 @@ def main():
 
     sessions = leaked = incomplete = trimmed = admitted_after_trim = 0
     leaked_bytes = returned = peak = admission_returned = top_sessions = 0
+    # A report's counters include those of the sessions nested in it: --top leaves the service's
+    # own line out, so that the requests' allocations are not counted twice.
+    counts = {"allocations": 0, "frees": 0, "budget_refusals": 0, "pool_refusals": 0,
+              "retries": 0}
     for r in reports(args.files):
         if args.top and r.get("name") == args.top:
             top_sessions += 1
@@ -69,6 +73,8 @@ def main():
         peak = max(peak, figure(r, "tracked_peak_bytes"))
         admitted_after_trim += 1 if r.get("admission_trimmed") else 0
         admission_returned += figure(r, "admission_returned_bytes")
+        for key in counts:
+            counts[key] += figure(r, key)
 
     metrics = [
         ("cuscope_sessions_total", "counter", "Sessions that ended.", sessions),
@@ -87,6 +93,17 @@ def main():
          "Sessions admitted after their admission trimmed the pools.", admitted_after_trim),
         ("cuscope_admission_returned_bytes_total", "counter",
          "Reserve that admission trims gave back.", admission_returned),
+        ("cuscope_allocations_total", "counter", "Allocations made through the sessions.",
+         counts["allocations"]),
+        ("cuscope_frees_total", "counter", "Of them, those freed.", counts["frees"]),
+        ("cuscope_budget_refusals_total", "counter",
+         "Requests a session's budget refused before CUDA was asked.", counts["budget_refusals"]),
+        ("cuscope_pool_refusals_total", "counter",
+         "Requests the pool refused (out of memory from CUDA, after any retry).",
+         counts["pool_refusals"]),
+        ("cuscope_alloc_retries_total", "counter",
+         "Requests the pool tried again after a trim or an out-of-memory handler.",
+         counts["retries"]),
     ]
     if args.top:
         metrics.append(("cuscope_top_sessions_total", "counter",

@@ -205,6 +205,41 @@ TEST_CASE("memory_pool: max_bytes() is the limit the driver enforces, at least t
   s.synchronize();
 }
 
+#  if CUSCOPE_TEST_SIMULATED
+// The block layout is the simulated driver's (docs/simulated-device.md, "Chunks").
+TEST_CASE(
+    "memory_pool: a request within the limit by its bytes that the pool's blocks refuse says so",
+    "[memory_pool][sim]") {
+  device_guard device;
+  pool_options o;
+  o.max_bytes = 64 * MiB;
+  memory_pool pool(o);
+  cuscope::stream s;
+  // Two blocks of 32 MiB, 12 MiB free in each: 16 MiB fits the limit by bytes, not in a block.
+  void* a = pool.allocate(s, 20 * MiB);
+  void* b = pool.allocate(s, 20 * MiB);
+  CHECK(pool.stats().reserved_bytes == 64 * MiB);
+  try {
+    (void)pool.allocate(s, 16 * MiB);
+    FAIL("no exception");
+  } catch (const cuscope::out_of_memory& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, contains("40.00 MiB in use"));
+    CHECK_THAT(what, contains("fits the limit by its bytes, but a pool reserves memory in blocks"));
+  }
+  // Beyond the limit by bytes: no such note.
+  try {
+    (void)pool.allocate(s, 30 * MiB);
+    FAIL("no exception");
+  } catch (const cuscope::out_of_memory& e) {
+    CHECK_THAT(std::string(e.what()), !contains("by its bytes"));
+  }
+  pool.deallocate(s, a, 20 * MiB);
+  pool.deallocate(s, b, 20 * MiB);
+  s.synchronize();
+}
+#  endif
+
 TEST_CASE("memory_pool: retry_after_trim recovers memory freed on another stream",
           "[memory_pool]") {
   device_guard device;

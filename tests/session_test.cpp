@@ -702,6 +702,71 @@ TEST_CASE("session: the leak report names each leaked allocation, its tag, strea
   CHECK_THAT(json, contains("\"leaked\":true"));
 }
 
+TEST_CASE(
+    "session: the report counts allocations, frees, refusals by a budget and by the pool, and "
+    "retries, its nested sessions' included",
+    "[session]") {
+  device_guard device;
+  cuscope::pool_options po;
+  po.max_bytes = 128 * MiB;
+  memory_pool pool(po);
+  stream s;
+  std::optional<device_buffer<char>> outside(device_buffer<char>(s, 64 * MiB, pool));
+  session_options o;
+  o.name = "counted";
+  o.budget_bytes = 96 * MiB;
+  session work(pool, s, o);
+  auto a = work.make_buffer<char>(32 * MiB);
+  { auto b = work.make_buffer<char>(8 * MiB); }
+  CHECK_THROWS_AS(work.make_buffer<char>(96 * MiB), cuscope::out_of_memory);  // the budget
+  {
+    session inner(work, "inner");
+    { auto b = inner.make_buffer<char>(8 * MiB); }
+    const session_report& r = inner.finish();
+    CHECK(r.allocations == 1);
+    CHECK(r.frees == 1);
+    CHECK(r.budget_refusals + r.pool_refusals + r.retries == 0);
+  }
+  work.deallocate(s, work.allocate(s, MiB), MiB);
+  {
+    auto c = work.make_buffer<char>(MiB);
+    pool.deallocate(s, c.release(), MiB);  // released: no longer the session's, not a free
+  }
+  try {
+    (void)work.make_buffer<char>(64 * MiB);  // within the budget, beyond the pool's limit
+    FAIL("no exception");
+  } catch (const cuscope::out_of_memory& e) {
+    CHECK(e.status() == cudaErrorMemoryAllocation);
+  }
+  {
+    // A handler that frees the memory outside the session: the pool tries again, and serves it.
+    const cuscope::scoped_out_of_memory_handler handler(
+        [](const cuscope::out_of_memory_info& info) noexcept {
+          auto* held = static_cast<std::optional<device_buffer<char>>*>(info.user);
+          if (!held->has_value()) return false;
+          held->reset();
+          return true;
+        },
+        &outside);
+    auto d = work.make_buffer<char>(64 * MiB);
+    CHECK_FALSE(outside.has_value());
+  }
+  a = {};
+  const session_report& r = work.finish();
+  CHECK(r.allocations == 6);
+  CHECK(r.frees == 5);
+  CHECK(r.budget_refusals == 1);
+  CHECK(r.pool_refusals == 1);
+  CHECK(r.retries == 1);
+  CHECK_FALSE(r.leaked());
+  const std::string json = cuscope::to_json(r);
+  CHECK(cuscope::test::json_checker(json).check().empty());
+  CHECK_THAT(json, contains("\"allocations\":6,\"frees\":5,\"budget_refusals\":1,"
+                            "\"pool_refusals\":1,\"retries\":1"));
+  CHECK_THAT(r.to_string(),
+             contains("6 allocations, 5 freed; refused: 1 by a budget, 1 by the pool; 1 retried"));
+}
+
 TEST_CASE("session: a report without leaks is valid JSON with an empty leak list", "[session]") {
   device_guard device;
   memory_pool pool;

@@ -52,6 +52,10 @@ inline void* accounted_allocate(const memory_pool_ref& pool, stream_ref stream, 
     p = pool.allocate(stream, bytes, policy, accounting->recording());
     (void)accounting->enter(p, bytes, stream.get(), tag != nullptr ? tag : who, file, line,
                             charged);
+  } catch (const out_of_memory& e) {
+    if (e.status() != cudaSuccess) accounting->refused(false);  // a budget counts its own
+    accounting->cancel(bytes, charged);
+    throw;
   } catch (...) {
     if (p != nullptr) (void)free_async_nothrow(p, stream.get(), pool.device(), bytes);
     accounting->cancel(bytes, charged);
@@ -176,7 +180,7 @@ class device_allocation {
   /// @brief Gives up ownership: the caller frees the returned pointer (on stream(), from
   /// pool()). Leaves this empty. An allocation a session counted is no longer counted by it.
   [[nodiscard]] void* release() noexcept {
-    if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge(bytes_, slot_);
+    if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge(bytes_, slot_, false);
     bytes_ = 0;
     return std::exchange(data_, nullptr);
   }
@@ -248,6 +252,11 @@ class device_allocation {
     try {
       p = pool.allocate_recorded(stream_ref(stream_), bytes, policy, target);
       slot_ = accounting->enter(p, bytes, stream_, tag, site.file, site.line, charged);
+    } catch (const out_of_memory& e) {
+      // From the pool (p is not allocated): a budget refused in charge(), and counted it.
+      if (e.status() != cudaSuccess) accounting->refused(false);
+      accounting->cancel(bytes, charged);
+      throw;
     } catch (...) {
       // Only enter() throws with p allocated (std::bad_alloc): the free is recorded where the
       // allocation was, and a failed one is reported to the cleanup handler.

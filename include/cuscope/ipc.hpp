@@ -293,7 +293,7 @@ class imported_allocation {
   /// @brief Gives up ownership: the caller frees the returned pointer (cudaFree or cudaFreeAsync)
   /// before the exporter frees the allocation. A session no longer counts it.
   [[nodiscard]] void* release() noexcept {
-    if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge(bytes_, slot_);
+    if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge(bytes_, slot_, false);
     bytes_ = 0;
     return std::exchange(data_, nullptr);
   }

@@ -533,6 +533,7 @@ class pool_base {
     if (status == cudaErrorMemoryAllocation && policy == alloc_policy::retry_after_trim &&
         !capturing) {
       if (rec != nullptr) rec->on_retry(self().device_, self().handle_, stream.get(), bytes);
+      detail::alloc_tally::retried(target);
       // Frees still in flight on any stream become reusable once they complete, and trimming
       // returns what is unused so that a large request can be backed by one fresh block.
       {
@@ -555,6 +556,7 @@ class pool_base {
     if (status == cudaErrorMemoryAllocation) {
       out_of_memory_info info{self().handle_, self().device_, stream.get(), bytes, 1, nullptr};
       while (status == cudaErrorMemoryAllocation && ask_oom_handler(info)) {
+        detail::alloc_tally::retried(target);
         void* p = nullptr;
         status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
         if (status == cudaSuccess) {
@@ -601,7 +603,13 @@ class pool_base {
     (void)cudaGetLastError();
     if (const std::size_t limit = d.max_bytes(); limit != 0) {
       m += " under a limit of " + format_bytes(limit);
-      if (bytes > limit) m += ", less than the request";
+      if (bytes > limit)
+        m += ", less than the request";
+      else if (used <= limit - bytes)
+        // Within the limit by its bytes: refused by the pool's blocks, which the limit bounds.
+        m += "; the request fits the limit by its bytes, but a pool reserves memory in blocks "
+             "(of 32 MiB on current GPUs) and an allocation must fit in one: the reserve not in "
+             "use is in pieces too small for it, and a new block would pass the limit";
     }
     std::size_t free_bytes = 0;
     std::size_t total = 0;

@@ -76,6 +76,16 @@ struct session_report {
   std::size_t tracked_peak_bytes = 0;          ///< Peak of live bytes made by make_buffer.
   std::size_t leaked_allocations = 0;  ///< Allocations counted by the session live at the end.
   std::size_t leaked_bytes = 0;        ///< Their bytes.
+  // Counters, from the session's start to its end, of what was allocated through it and through
+  // the sessions nested in it (make_buffer, allocate, adaptors, batches).
+  std::size_t allocations = 0;      ///< Allocations made.
+  std::size_t frees = 0;            ///< Of them, those freed (not released, not leaked).
+  std::size_t budget_refusals = 0;  ///< Requests a budget refused (out_of_memory, cudaSuccess).
+  /// @brief Requests the pool refused: out_of_memory from CUDA, after any retry.
+  std::size_t pool_refusals = 0;
+  /// @brief Times the pool tried a request again after it failed: after a trim
+  /// (alloc_policy::retry_after_trim) or for an out-of-memory handler that made room.
+  std::size_t retries = 0;
   /// @brief Pool memory in use at the end beyond what was in use at entry that no allocation
   /// counted by the session (or by the sessions it is nested in, or nested in it) accounts for: a
   /// raw pool.allocate, another library allocating from the pool, or another session on it.
@@ -148,6 +158,12 @@ struct session_report {
          figure("peak_reserved_bytes", peak_reserved_bytes) +
          (concurrent ? " (of the pool, shared)" : "") + "; its own allocations peaked at " +
          format_bytes(tracked_peak_bytes) + "\n";
+    s += "  " + std::to_string(allocations) + " allocation" + (allocations == 1 ? "" : "s") + ", " +
+         std::to_string(frees) + " freed";
+    if (budget_refusals + pool_refusals + retries != 0)
+      s += "; refused: " + std::to_string(budget_refusals) + " by a budget, " +
+           std::to_string(pool_refusals) + " by the pool; " + std::to_string(retries) + " retried";
+    s += "\n";
     s += "  returned to the driver " + figure("returned_bytes", returned_bytes) + " (reserve " +
          figure("reserved_at_finish_bytes", reserved_at_finish_bytes) + " -> " +
          figure("reserved_at_exit_bytes", reserved_at_exit_bytes) +
@@ -253,6 +269,11 @@ struct session_report {
   number("tracked_peak_bytes", r.tracked_peak_bytes);
   number("leaked_allocations", r.leaked_allocations);
   number("leaked_bytes", r.leaked_bytes);
+  number("allocations", r.allocations);
+  number("frees", r.frees);
+  number("budget_refusals", r.budget_refusals);
+  number("pool_refusals", r.pool_refusals);
+  number("retries", r.retries);
   number("untracked_bytes", r.untracked_bytes);
   flag("untracked_leak", r.untracked_leak);
   number("graph_used_bytes", r.graph_used_bytes);
@@ -993,6 +1014,11 @@ inline auto session::finish_impl(bool may_throw) -> const session_report& {
   report_.leaked_allocations = ledger_->live_allocations();
   report_.leaked_bytes = ledger_->live_bytes();
   report_.tracked_peak_bytes = ledger_->peak_bytes();
+  report_.allocations = ledger_->allocations();
+  report_.frees = ledger_->frees();
+  report_.budget_refusals = ledger_->budget_refusals();
+  report_.pool_refusals = ledger_->pool_refusals();
+  report_.retries = ledger_->retries();
   if (report_.leaked_allocations != 0)
     step("naming the leaked allocations", {}, [&] { name_leaks(); });
   if (saved_threshold_) {

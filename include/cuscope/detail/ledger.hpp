@@ -83,10 +83,13 @@ class ledger {
         budgeted_(budget_bytes != 0 || (parent != nullptr && parent->budgeted_)),
         name_(std::move(name)),
         listed_(std::move(listed)) {
+    recording_.tally = &tally_;
     if (parent_ == nullptr) return;
     parent_->add_sub(this);
     parent_->retain();
+    tally_.parent = &parent_->tally_;
     recording_ = parent_->recording_;  // a ledger of batches records as its session does
+    recording_.tally = &tally_;
   }
   ledger(const ledger&) = delete;
   ledger& operator=(const ledger&) = delete;
@@ -125,10 +128,18 @@ class ledger {
       if (over) {
         for (ledger* r = this; r != l; r = r->parent_)
           r->take_back(bytes);
+        refused(true);
         l->over_budget(bytes, live);
       }
     }
     return true;
+  }
+
+  /// Counts a refusal (here and in every enclosing ledger): by a session's budget, or by the pool
+  /// (out_of_memory from CUDA).
+  void refused(bool by_budget) noexcept {
+    for (ledger* l = this; l != nullptr; l = l->parent_)
+      (by_budget ? l->budget_refusals_ : l->pool_refusals_).fetch_add(1, std::memory_order_relaxed);
   }
 
   /// Reverses charge(bytes) (charged: what it returned) when the allocation was not made.
@@ -160,22 +171,26 @@ class ledger {
       records_[slot] = allocation_record{ptr, bytes, stream, tag, file, line};
       ++refs_;
       ++count_;
+      ++allocations_;
       if (!charged) add_bytes(bytes);
     }
     for (ledger* l = parent_; l != nullptr; l = l->parent_) {
       const std::lock_guard<spin_lock> lock(l->lock_);
       ++l->count_;
+      ++l->allocations_;
       if (!charged) l->add_bytes(bytes);
     }
     return slot;
   }
 
-  /// Reverses charge() and enter() for the allocation in slot, and drops its reference.
-  void discharge(std::size_t bytes, std::uint32_t slot) noexcept {
+  /// Reverses charge() and enter() for the allocation in slot, and drops its reference. freed:
+  /// whether the memory was freed (counted in frees()), rather than released to the caller.
+  void discharge(std::size_t bytes, std::uint32_t slot, bool freed = true) noexcept {
     for (ledger* l = parent_; l != nullptr; l = l->parent_) {
       const std::lock_guard<spin_lock> lock(l->lock_);
       l->bytes_ -= bytes;
       --l->count_;
+      l->frees_ += freed;
     }
     bool last = false;
     {
@@ -187,6 +202,7 @@ class ledger {
       }
       bytes_ -= bytes;
       --count_;
+      frees_ += freed;
       last = --refs_ == 0;
     }
     if (last) destroy();
@@ -227,7 +243,10 @@ class ledger {
   }
 
   /// Where the session's allocations are recorded; set by the session before it hands any out.
-  void record_into(record_target target) noexcept { recording_ = target; }
+  void record_into(record_target target) noexcept {
+    recording_ = target;
+    recording_.tally = &tally_;
+  }
   record_target recording() const noexcept { return recording_; }
 
   /// Whether memory was handed out or moved onto a stream neither the session's own nor listed.
@@ -341,6 +360,23 @@ class ledger {
     const std::lock_guard<spin_lock> lock(lock_);
     return peak_;
   }
+  /// Allocations counted here (and in the ledgers under this one) since it began.
+  std::size_t allocations() const noexcept {
+    const std::lock_guard<spin_lock> lock(lock_);
+    return allocations_;
+  }
+  /// Of them, those freed (not released to their caller, not still live).
+  std::size_t frees() const noexcept {
+    const std::lock_guard<spin_lock> lock(lock_);
+    return frees_;
+  }
+  std::size_t budget_refusals() const noexcept {
+    return budget_refusals_.load(std::memory_order_relaxed);
+  }
+  std::size_t pool_refusals() const noexcept {
+    return pool_refusals_.load(std::memory_order_relaxed);
+  }
+  std::size_t retries() const noexcept { return tally_.retries.load(std::memory_order_relaxed); }
   std::size_t budget_bytes() const noexcept { return budget_; }
   const std::string& name() const noexcept { return name_; }
   ledger* parent() const noexcept { return parent_; }
@@ -424,6 +460,8 @@ class ledger {
   std::size_t bytes_ = 0;
   std::size_t count_ = 0;
   std::size_t peak_ = 0;
+  std::size_t allocations_ = 0;
+  std::size_t frees_ = 0;
   std::vector<allocation_record> records_;
   std::size_t budget_;
   bool budgeted_;  // a budget here or in an enclosing ledger
@@ -434,6 +472,9 @@ class ledger {
   std::atomic<std::size_t> observed_used_{0};
   std::atomic<std::size_t> observed_reserved_{0};
   record_target recording_;
+  alloc_tally tally_;
+  std::atomic<std::size_t> budget_refusals_{0};
+  std::atomic<std::size_t> pool_refusals_{0};
   std::mutex mutex_;  // children_, subs_, opened_ and closed_
   std::vector<ledger*> children_;
   std::vector<ledger*> subs_;  // every ledger whose parent this is, open or not

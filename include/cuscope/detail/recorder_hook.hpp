@@ -152,9 +152,25 @@ class recorder_hook {
 
 /// Where an allocation is recorded: into hook under the session id scope, or, with no hook, into
 /// the recorder attached to the pool (if any) under no session.
+struct alloc_tally;
 struct record_target {
   recorder_hook* hook = nullptr;
   std::uint32_t scope = 0;
+  /// The retries of the session the allocation is for (and of those it is nested in); nullptr
+  /// for an allocation no session counts.
+  alloc_tally* tally = nullptr;
+};
+
+/// A session's count of allocations that its pool retried (alloc_policy::retry_after_trim, an
+/// out-of-memory handler), linked to the count of the session it is nested in.
+struct alloc_tally {
+  std::atomic<std::size_t> retries{0};
+  alloc_tally* parent = nullptr;
+
+  static void retried(const record_target& target) noexcept {
+    for (alloc_tally* t = target.tally; t != nullptr; t = t->parent)
+      t->retries.fetch_add(1, std::memory_order_relaxed);
+  }
 };
 
 // An entry of the table. Entries are never freed: a detached one is left empty and reused by a
