@@ -49,16 +49,13 @@ namespace {
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
-// Device memory taken by someone else (another tenant of the GPU), freed at the end of the scope.
+// Device memory held by another process (another tenant of the GPU) until the end of the scope.
 class other_tenant {
  public:
-  explicit other_tenant(std::size_t bytes) { REQUIRE(cudaMalloc(&p_, bytes) == cudaSuccess); }
+  explicit other_tenant(std::size_t bytes) { cuscope::sim::set_other_process_bytes(0, bytes); }
   other_tenant(const other_tenant&) = delete;
   other_tenant& operator=(const other_tenant&) = delete;
-  ~other_tenant() { (void)cudaFree(p_); }
-
- private:
-  void* p_ = nullptr;
+  ~other_tenant() { cuscope::sim::set_other_process_bytes(0, 0); }
 };
 
 // Leaves bytes cached in pool: allocated and freed on s, synchronized.
@@ -104,10 +101,26 @@ TEST_CASE(
     CHECK_THAT(m, contains("session 'request': admission refused: 512.00 MiB must be available "
                            "at entry, 384.00 MiB is (128.00 MiB short)"));
     CHECK_THAT(m, contains("Device 0 has 128.00 MiB free of 1.00 GiB"));
-    CHECK_THAT(m, contains("reserves 256.00 MiB (0 B in use)"));
+    CHECK_THAT(m, contains("reserves 256.00 MiB (0 B in use, 256.00 MiB cached, counted)"));
     CHECK_THAT(m, contains("graph memory reserves 0 B"));
-    CHECK_THAT(m, contains("other processes) holds 640.00 MiB"));
+    // NVML, asked on a refusal: this process is the context and the pool, the tenant is another.
+    CHECK_THAT(m, contains("this process holds 512.00 MiB as NVML counts it (the simulated "
+                           "device's NVML), 256.00 MiB of it outside the pool and graph memory"));
+    CHECK_THAT(m, contains("other processes hold 384.00 MiB"));
     CHECK_THAT(m, !contains("trimming"));
+    const session_report& r = e.report();
+    CHECK(r.name == "request");
+    CHECK(r.admission_required_bytes == 512 * MiB);
+    CHECK(r.admission_available_bytes == 384 * MiB);
+    CHECK(r.admission_free_bytes == 128 * MiB);
+    CHECK(r.admission_cached_bytes == 256 * MiB);
+    CHECK(r.admission_process_bytes == 512 * MiB);
+    CHECK(r.admission_other_processes_bytes == 384 * MiB);
+    CHECK(r.admission_nvml == "the simulated device's NVML");
+    const std::string json = cuscope::to_json(r);
+    CHECK(cuscope::test::json_error(json).empty());
+    CHECK(cuscope::test::json_field(json, "admission_other_processes_bytes") ==
+          std::to_string(384 * MiB));
   }
   CHECK(pool.stats().reserved_bytes == 256 * MiB);  // refuse does not trim
 
@@ -118,11 +131,85 @@ TEST_CASE(
   CHECK(r.admission_required_bytes == 384 * MiB);
   CHECK(r.admission_available_bytes == 384 * MiB);
   CHECK_FALSE(r.admission_trimmed);
-  CHECK_THAT(r.to_string(), contains("admitted: 384.00 MiB asked, 384.00 MiB available at entry"));
+  CHECK_FALSE(r.admission_process_bytes);  // NVML is asked on a refusal only, by default
+  CHECK_THAT(r.to_string(), contains("admitted: 384.00 MiB asked, 384.00 MiB available at entry "
+                                     "(128.00 MiB free on the device and 256.00 MiB cached in "
+                                     "the pool); NVML not asked (admission_options::query_nvml)"));
   const std::string json = cuscope::to_json(r);
   CHECK(cuscope::test::json_error(json).empty());
   CHECK(cuscope::test::json_field(json, "admission_required_bytes") == std::to_string(384 * MiB));
   CHECK(cuscope::test::json_field(json, "admission_trimmed") == "false");
+  CHECK(cuscope::test::json_field(json, "admission_cached_bytes") == std::to_string(256 * MiB));
+  CHECK(cuscope::test::json_field(json, "admission_process_bytes") == "null");
+}
+
+TEST_CASE(
+    "session: admission names this process and other processes as NVML counts them, or "
+    "says that NVML is unavailable",
+    "[session][admission]") {
+  cuscope::test::device_setup setup;
+  setup.total_bytes = 1024 * MiB;
+  setup.context_bytes = 256 * MiB;
+  device_guard device(setup);
+
+  SECTION("asked at every admission: in the report of an admitted session") {
+    memory_pool pool;
+    stream s;
+    const other_tenant tenant(512 * MiB);
+    void* raw = nullptr;
+    REQUIRE(cudaMalloc(&raw, 64 * MiB) == cudaSuccess);  // this process's, outside any pool
+    session_options o = admit(128 * MiB, admission_policy::refuse);
+    o.admission.query_nvml = cuscope::nvml_query::always;
+    {
+      session admitted(pool, s, o);
+      const session_report& r = admitted.report();
+      CHECK(r.admission_free_bytes == 192 * MiB);
+      CHECK(r.admission_process_bytes == 320 * MiB);  // the context and cudaMalloc
+      CHECK(r.admission_other_processes_bytes == 512 * MiB);
+      CHECK_THAT(r.to_string(), contains("; this process holds 320.00 MiB, other processes "
+                                         "512.00 MiB (NVML: the simulated device's NVML)"));
+      const std::string json = cuscope::to_json(r);
+      CHECK(cuscope::test::json_field(json, "admission_process_bytes") ==
+            std::to_string(320 * MiB));
+      CHECK(cuscope::test::json_field(json, "admission_nvml") == "the simulated device's NVML");
+    }
+    o.admission.bytes = 256 * MiB;
+    o.admission.query_nvml = cuscope::nvml_query::never;
+    try {
+      session refused(pool, s, o);
+      FAIL("the session was admitted");
+    } catch (const admission_error& e) {
+      // Without NVML the rest of the taken memory cannot be split between the processes.
+      CHECK_THAT(e.what(), contains("the rest (the CUDA context, other pools, cudaMalloc, other "
+                                    "processes) holds 832.00 MiB; NVML, which tells this "
+                                    "process's memory from other processes': not asked"));
+      CHECK_FALSE(e.report().admission_process_bytes);
+      CHECK_FALSE(e.report().admission_other_processes_bytes);
+    }
+    REQUIRE(cudaFree(raw) == cudaSuccess);
+  }
+  SECTION("NVML absent: said so, and the rest named as one") {
+    cuscope::sim::device_config c = cuscope::sim::config();
+    c.nvml = false;
+    cuscope::sim::reset(c);
+    memory_pool pool;
+    stream s;
+    const other_tenant tenant(512 * MiB);
+    try {
+      session refused(pool, s, admit(512 * MiB, admission_policy::refuse));
+      FAIL("the session was admitted");
+    } catch (const admission_error& e) {
+      CHECK_THAT(e.what(), contains("the rest (the CUDA context, other pools, cudaMalloc, other "
+                                    "processes) holds 768.00 MiB; NVML, which tells this "
+                                    "process's memory from other processes': unavailable: the "
+                                    "simulated device answers no NVML queries"));
+      const session_report& r = e.report();
+      CHECK_FALSE(r.admission_process_bytes);
+      CHECK_FALSE(r.admission_other_processes_bytes);
+      CHECK_THAT(r.admission_nvml, contains("unavailable: "));
+      CHECK(cuscope::test::json_field(cuscope::to_json(r), "admission_process_bytes") == "null");
+    }
+  }
 }
 
 TEST_CASE("session: admission with trim_and_retry gives the pools' cache back, then admits",
@@ -178,6 +265,83 @@ TEST_CASE("session: admission with trim_and_retry gives the pools' cache back, t
   }
 }
 
+TEST_CASE(
+    "session: admission counts a fragmented cache only before a trim, and not at all "
+    "without count_cache",
+    "[session][admission]") {
+  cuscope::test::device_setup setup;
+  setup.total_bytes = 1024 * MiB;
+  setup.context_bytes = 256 * MiB;
+  device_guard device(setup);  // pools grow in 32 MiB units
+  memory_pool pool;
+  stream s;
+  // Four 16 MiB blocks in two 32 MiB units; the first and third freed: 32 MiB cached, in two
+  // halves of units that still hold a live allocation each. No 32 MiB allocation fits there, and
+  // a trim can return neither half.
+  void* block[4] = {};
+  for (void*& p : block)
+    p = pool.allocate(s, 16 * MiB);
+  for (void** p : {&block[0], &block[2]}) {
+    pool.deallocate(s, *p, 16 * MiB);
+    *p = nullptr;
+  }
+  s.synchronize();
+  REQUIRE(pool.stats().reserved_bytes == 64 * MiB);
+  REQUIRE(pool.stats().used_bytes == 32 * MiB);
+  const other_tenant tenant(704 * MiB);  // the device is full
+
+  SECTION("counted on a first count: admitted, though one 32 MiB allocation cannot be served") {
+    session admitted(pool, s, admit(32 * MiB, admission_policy::refuse));
+    const session_report& r = admitted.report();
+    CHECK(r.admission_free_bytes == 0);
+    CHECK(r.admission_cached_bytes == 32 * MiB);  // the report says what the admission rests on
+    CHECK(r.admission_available_bytes == 32 * MiB);
+    CHECK_THROWS_AS(admitted.make_buffer<char>(32 * MiB), cuscope::out_of_memory);
+    { auto half = admitted.make_buffer<char>(16 * MiB); }  // what one fragment holds
+  }
+  SECTION("after the trim of trim_and_retry, what is left cached is not counted") {
+    try {
+      session refused(pool, s, admit(48 * MiB, admission_policy::trim_and_retry));
+      FAIL("the session was admitted");
+    } catch (const admission_error& e) {
+      CHECK(e.available_bytes() == 0);  // the old rule counted the 32 MiB left cached again
+      CHECK(e.report().admission_cached_bytes == 0);
+      CHECK(e.report().admission_returned_bytes == 0);
+      CHECK_THAT(e.what(), contains("reserves 64.00 MiB (32.00 MiB in use, 32.00 MiB cached, "
+                                    "between live allocations, not counted)"));
+    }
+  }
+  SECTION("without count_cache: only the driver's free memory counts") {
+    session_options o = admit(32 * MiB, admission_policy::refuse);
+    o.admission.count_cache = false;
+    try {
+      session refused(pool, s, o);
+      FAIL("the session was admitted");
+    } catch (const admission_error& e) {
+      CHECK(e.available_bytes() == 0);
+      CHECK_THAT(e.what(), contains("(32.00 MiB in use, 32.00 MiB cached, not counted "
+                                    "(admission_options::count_cache))"));
+    }
+    // A whole unit freed: trim_and_retry hands it to the driver, and then it counts.
+    pool.deallocate(s, block[1], 16 * MiB);
+    block[1] = nullptr;
+    o.admission.on_shortfall = admission_policy::trim_and_retry;
+    {
+      session admitted(pool, s, o);
+      const session_report& r = admitted.report();
+      CHECK(r.admission_trimmed);
+      CHECK(r.admission_returned_bytes == 32 * MiB);
+      CHECK(r.admission_free_bytes == 32 * MiB);
+      CHECK(r.admission_cached_bytes == 0);  // the half unit left beside block[3]
+      CHECK(r.admission_available_bytes == 32 * MiB);
+      auto whole = admitted.make_buffer<char>(32 * MiB);  // from the device
+    }
+  }
+  for (void* p : block)
+    if (p != nullptr) pool.deallocate(s, p, 16 * MiB);
+  s.synchronize();
+}
+
 TEST_CASE("session: admission by fractions of the device and of the pool's limit",
           "[session][admission]") {
   cuscope::test::device_setup setup;
@@ -200,8 +364,8 @@ TEST_CASE("session: admission by fractions of the device and of the pool's limit
   } catch (const admission_error& e) {
     CHECK(e.requested_bytes() == 128 * MiB);
     CHECK(e.available_bytes() == 64 * MiB);
-    CHECK_THAT(e.what(), contains("reserves 192.00 MiB (192.00 MiB in use) under a limit of "
-                                  "256.00 MiB"));
+    CHECK_THAT(e.what(), contains("reserves 192.00 MiB (192.00 MiB in use, 0 B cached) under a "
+                                  "limit of 256.00 MiB"));
   }
   live = {};
   {

@@ -288,12 +288,11 @@ inline device_memory_report memory_report(int device, const std::vector<named_po
   if (!default_listed) r.pools.push_back(detail::usage_of("default pool", default_pool, true));
   r.graph = graph_memory(device);
   if (options.query_nvml) {
-    char bus_id[32];
-    std::snprintf(bus_id, sizeof bus_id, "%08x:%02x:%02x.0",
-                  static_cast<unsigned>(prop.pciDomainID), static_cast<unsigned>(prop.pciBusID),
-                  static_cast<unsigned>(prop.pciDeviceID));
     const detail::nvml::answer a =
-        detail::nvml::process_usage(bus_id, detail::nvml::this_process());
+        detail::nvml::process_usage(detail::nvml::bus_id(static_cast<unsigned>(prop.pciDomainID),
+                                                         static_cast<unsigned>(prop.pciBusID),
+                                                         static_cast<unsigned>(prop.pciDeviceID)),
+                                    detail::nvml::this_process());
     r.process.available = a.available;
     r.process.listed = a.listed;
     r.process.used_bytes = a.used_bytes;

@@ -23,6 +23,9 @@
 #include "detail/config.hpp"
 #include "detail/format.hpp"
 #include "detail/ledger.hpp"
+#if CUSCOPE_DETAIL_HOST_CODE
+#  include "detail/nvml.hpp"  // admission: what this process holds as nvidia-smi counts it
+#endif
 #include "device.hpp"
 #include "device_allocation.hpp"
 #include "device_buffer.hpp"
@@ -124,6 +127,26 @@ struct session_report {
   bool admission_trimmed = false;
   /// @brief Reserve that the admission's trim gave back to the driver.
   std::size_t admission_returned_bytes = 0;
+  /// @brief The device's free memory (cudaMemGetInfo) when the admission counted, after its trim
+  /// if any; 0 when it asked nothing.
+  std::size_t admission_free_bytes = 0;
+  /// @brief The part of admission_available_bytes that is the pool's unused reserve: all of it on
+  /// a first count (the pool serves from it, but CUDA does not say whether one block of it can
+  /// hold a given allocation), none after the admission's trim (what a trim leaves unused lies
+  /// between live allocations) or under admission_options::count_cache off.
+  std::size_t admission_cached_bytes = 0;
+  /// @brief Graph memory reserved on the device when the admission counted.
+  std::size_t admission_graph_reserved_bytes = 0;
+  /// @brief What this process holds on the device as NVML (nvidia-smi) counts it when the
+  /// admission counted; empty when NVML was not asked or did not answer (admission_nvml says).
+  std::optional<std::size_t> admission_process_bytes;
+  /// @brief What other processes hold on the device then: the memory the driver counts as taken
+  /// that NVML does not count as this process's; empty without admission_process_bytes.
+  std::optional<std::size_t> admission_other_processes_bytes;
+  /// @brief Where admission_process_bytes came from ("libnvidia-ml.so.1"), or why there is none
+  /// ("unavailable: ...", "not asked (admission_options::query_nvml)"); empty when the admission
+  /// asked nothing.
+  std::string admission_nvml;
   /// @brief The figures that a failed step of the end left unknown, by member name
   /// ("reserved_at_exit_bytes"); they read 0. Empty when every figure was measured.
   std::vector<std::string> unknown;
@@ -200,13 +223,23 @@ struct session_report {
                                 " returned)"
                           : " (not trimmed)") +
            "\n";
-    if (admission_required_bytes != 0)
+    if (admission_required_bytes != 0) {
       s += "  admitted: " + format_bytes(admission_required_bytes) + " asked, " +
-           format_bytes(admission_available_bytes) + " available at entry" +
-           (admission_trimmed
-                ? " after a trim that returned " + format_bytes(admission_returned_bytes)
-                : std::string()) +
-           "\n";
+           format_bytes(admission_available_bytes) + " available at entry (" +
+           format_bytes(admission_free_bytes) + " free on the device";
+      if (admission_cached_bytes != 0)
+        s += " and " + format_bytes(admission_cached_bytes) + " cached in the pool";
+      s += ")";
+      if (admission_trimmed)
+        s += " after a trim that returned " + format_bytes(admission_returned_bytes);
+      if (admission_process_bytes)
+        s += "; this process holds " + format_bytes(*admission_process_bytes) +
+             ", other processes " + format_bytes(admission_other_processes_bytes.value_or(0)) +
+             " (NVML: " + admission_nvml + ")";
+      else
+        s += "; NVML " + admission_nvml;
+      s += "\n";
+    }
     if (leaked_allocations != 0) {
       s += "  LEAKED " + std::to_string(leaked_allocations) + " allocation" +
            (leaked_allocations == 1 ? "" : "s") + ", " + format_bytes(leaked_bytes) + ":\n";
@@ -289,6 +322,18 @@ struct session_report {
   number("admission_available_bytes", r.admission_available_bytes);
   flag("admission_trimmed", r.admission_trimmed);
   number("admission_returned_bytes", r.admission_returned_bytes);
+  number("admission_free_bytes", r.admission_free_bytes);
+  number("admission_cached_bytes", r.admission_cached_bytes);
+  number("admission_graph_reserved_bytes", r.admission_graph_reserved_bytes);
+  const auto maybe = [&out](const char* key, const std::optional<std::size_t>& value) {
+    out += ",\"";
+    out += key;
+    out += "\":" + (value ? std::to_string(*value) : std::string("null"));
+  };
+  maybe("admission_process_bytes", r.admission_process_bytes);
+  maybe("admission_other_processes_bytes", r.admission_other_processes_bytes);
+  out += ",\"admission_nvml\":";
+  json_string(out, r.admission_nvml);
   flag("leaked", r.leaked());
   flag("complete", r.complete());
   const auto strings = [&out](const char* key, const std::vector<std::string>& list) {
@@ -335,22 +380,33 @@ class session_leak_error : public std::runtime_error {
 
 /// @brief Thrown when a session begins and the memory that session_options::admission asks for is
 /// not available. Its message names the session, what was asked, what was available, the shortfall
-/// and who holds the device's memory: the pool (reserve, in use, limit), graph memory, and the rest
-/// (the CUDA context, other pools, cudaMalloc, other processes).
+/// and who holds the device's memory: the pool (in use, cached, limit), graph memory, this process
+/// and other processes as NVML counts them (or NVML's absence, and the rest of the taken memory).
 class admission_error : public out_of_memory {
  public:
   /// @brief An error for a session that asked for required bytes and found available.
   admission_error(std::size_t required, std::size_t available, const std::string& message)
       : out_of_memory(required, message, cudaSuccess), available_(available) {}
+  /// @brief As above, with the refused session's report: its name, device and admission_* figures
+  /// (the others read 0, since it never began).
+  admission_error(std::size_t required, std::size_t available, const std::string& message,
+                  session_report report)
+      : out_of_memory(required, message, cudaSuccess),
+        available_(available),
+        report_(std::move(report)) {}
   /// @brief What was available at entry (after the trim, under trim_and_retry).
   [[nodiscard]] std::size_t available_bytes() const noexcept { return available_; }
   /// @brief requested_bytes() - available_bytes().
   [[nodiscard]] std::size_t shortfall_bytes() const noexcept {
     return requested_bytes() - available_;
   }
+  /// @brief The refused session's admission figures (session_report's admission_* fields), for a
+  /// service's log line; empty figures when the error was made without them.
+  [[nodiscard]] const session_report& report() const noexcept { return report_; }
 
  private:
   std::size_t available_;
+  session_report report_;
 };
 
 /// @brief What a session does when the memory its admission asks for is not available.
@@ -359,11 +415,20 @@ enum class admission_policy {
   trim_and_retry,  ///< Synchronize the device, trim the pools, check once more, then refuse.
 };
 
+/// @brief When an admission asks NVML, the library behind nvidia-smi, what this process holds on
+/// the device, to tell its memory from other processes'. Loading and asking NVML takes
+/// milliseconds on a GPU machine.
+enum class nvml_query {
+  never,       ///< Not at all.
+  on_refusal,  ///< To explain a refusal (admission_error's message and report).
+  always,      ///< At every admission, for the session's report as well.
+};
+
 /// @brief Memory that must be available to a session when it begins (session_options::admission):
 /// the largest of bytes, device_fraction of the device's memory and pool_fraction of the pool's
 /// limit. Available means what the pool can hand out without waiting: the device's free memory
-/// (cudaMemGetInfo, as nvidia-smi counts it) plus the pool's cached reserve, and no more than its
-/// limit leaves.
+/// (cudaMemGetInfo, as nvidia-smi counts it) and, under count_cache, the pool's unused reserve,
+/// no more than its limit leaves. docs/services.md, "Admission".
 struct admission_options {
   /// @brief Bytes that must be available; 0 for none.
   std::size_t bytes = 0;
@@ -377,6 +442,15 @@ struct admission_options {
   /// @brief More pools whose unused reserve trim_and_retry gives back too (other caches of the
   /// service); they must outlive the session's constructor.
   std::vector<memory_pool_ref> also_trim;
+  /// @brief Whether the pool's unused reserve counts as available before any trim. The pool serves
+  /// allocations from it, but CUDA does not tell its largest free block: an allocation larger
+  /// than every block (after fragmentation) needs the device's free memory instead. Off, only
+  /// what the driver has free counts, and trim_and_retry first hands the cache back to the driver,
+  /// where any allocation can use it. What a trim leaves unused is never counted: it lies between
+  /// live allocations.
+  bool count_cache = true;
+  /// @brief When to ask NVML what this process holds (session_report::admission_process_bytes).
+  nvml_query query_nvml = nvml_query::on_refusal;
 };
 
 /// @brief Where sessions hand their reports as they end (session_options::report_to).
@@ -624,109 +698,29 @@ class session {
     std::size_t used_bytes = 0;
     std::size_t limit_bytes = 0;  // 0: none
     std::size_t graph_reserved_bytes = 0;
+    bool count_cache = true;  // false after a trim: its leftovers lie between live allocations
 
+    [[nodiscard]] std::size_t cached() const noexcept {
+      return count_cache && reserved_bytes > used_bytes ? reserved_bytes - used_bytes : 0;
+    }
     [[nodiscard]] std::size_t available() const noexcept {
-      const std::size_t cached = reserved_bytes > used_bytes ? reserved_bytes - used_bytes : 0;
-      std::size_t a = free_bytes + cached;
+      std::size_t grow = free_bytes;
       if (limit_bytes != 0) {
-        const std::size_t room = limit_bytes > used_bytes ? limit_bytes - used_bytes : 0;
-        if (room < a) a = room;
+        const std::size_t room = limit_bytes > reserved_bytes ? limit_bytes - reserved_bytes : 0;
+        if (room < grow) grow = room;
       }
-      return a;
+      return grow + cached();
     }
   };
 
-  CUSCOPE_DETAIL_COLD admission_reading read_admission(const std::string& who) {
-    admission_reading r;
-    {
-      scoped_device on(pool_.device());
-      CUSCOPE_DETAIL_TRY_FOR(cudaMemGetInfo(&r.free_bytes, &r.total_bytes), who);
-    }
-    const pool_stats s = pool_.stats();
-    r.reserved_bytes = s.reserved_bytes;
-    r.used_bytes = s.used_bytes;
-    r.limit_bytes = pool_.max_bytes();
-    std::size_t graph_used = 0;
-    detail::graph_memory_now(pool_.device(), graph_used, r.graph_reserved_bytes, who);
-    return r;
-  }
+  CUSCOPE_DETAIL_COLD inline admission_reading read_admission(const std::string& who,
+                                                              bool count_cache);
+
+  // Asks NVML what this process holds on the pool's device (session_report::admission_*).
+  CUSCOPE_DETAIL_COLD inline void read_nvml(const admission_reading& r);
 
   // Checks session_options::admission; may trim the pools once. Throws admission_error.
-  CUSCOPE_DETAIL_COLD void admit() {
-    using detail::format_bytes;
-    const admission_options& a = options_.admission;
-    const std::string who = "cuscope::session '" + options_.name + "'";
-    const auto check_fraction = [&](double f, const char* field) {
-      if (!(f >= 0 && f <= 1))
-        throw std::invalid_argument(who + ": admission." + field + " " + std::to_string(f) +
-                                    " is not a fraction in [0, 1]");
-    };
-    check_fraction(a.device_fraction, "device_fraction");
-    check_fraction(a.pool_fraction, "pool_fraction");
-    admission_reading r = read_admission(who);
-    std::size_t required = a.bytes;
-    const auto at_least = [&required](double f, std::size_t of) {
-      const auto b = static_cast<std::size_t>(f * static_cast<double>(of));
-      if (b > required) required = b;
-    };
-    if (a.device_fraction != 0) at_least(a.device_fraction, r.total_bytes);
-    if (a.pool_fraction != 0) {
-      if (r.limit_bytes == 0)
-        throw std::invalid_argument(who +
-                                    ": admission.pool_fraction needs a pool with a limit, "
-                                    "and pool " +
-                                    detail::format_pointer(pool_.get()) + " has none");
-      at_least(a.pool_fraction, r.limit_bytes);
-    }
-    report_.admission_required_bytes = required;
-    if (r.available() < required && a.on_shortfall == admission_policy::trim_and_retry) {
-      // Frees enqueued on any stream must complete before a trim can give their memory back.
-      const std::size_t reserved_before = r.reserved_bytes;
-      {
-        scoped_device on(pool_.device());
-        CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), who);
-      }
-      pool_.trim_to(0);
-      for (const memory_pool_ref& p : a.also_trim) {
-        if (p == pool_) continue;
-        {
-          scoped_device on(p.device());
-          CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), who);
-        }
-        p.trim_to(0);
-      }
-      if (options_.trim_graph_memory) {
-        scoped_device on(pool_.device());
-        CUSCOPE_DETAIL_TRY_FOR(cudaDeviceGraphMemTrim(pool_.device()), who);
-      }
-      report_.admission_trimmed = true;
-      r = read_admission(who);
-      report_.admission_returned_bytes =
-          reserved_before > r.reserved_bytes ? reserved_before - r.reserved_bytes : 0;
-    }
-    const std::size_t available = r.available();
-    report_.admission_available_bytes = available;
-    if (available >= required) return;
-    const std::size_t taken = r.total_bytes > r.free_bytes ? r.total_bytes - r.free_bytes : 0;
-    std::size_t rest = taken;
-    rest -= rest > r.reserved_bytes ? r.reserved_bytes : rest;
-    rest -= rest > r.graph_reserved_bytes ? r.graph_reserved_bytes : rest;
-    std::string m = who + ": admission refused: " + format_bytes(required) +
-                    " must be available at entry, " + format_bytes(available) + " is (" +
-                    format_bytes(required - available) + " short)";
-    if (report_.admission_trimmed)
-      m += " after synchronizing the device and trimming the pool (" +
-           format_bytes(report_.admission_returned_bytes) + " returned)";
-    m += ". Device " + std::to_string(pool_.device()) + " has " + format_bytes(r.free_bytes) +
-         " free of " + format_bytes(r.total_bytes) + "; pool " +
-         detail::format_pointer(pool_.get()) + " reserves " + format_bytes(r.reserved_bytes) +
-         " (" + format_bytes(r.used_bytes) + " in use)";
-    if (r.limit_bytes != 0) m += " under a limit of " + format_bytes(r.limit_bytes);
-    m += "; graph memory reserves " + format_bytes(r.graph_reserved_bytes) +
-         "; the rest (the CUDA context, other pools, cudaMalloc, other processes) holds " +
-         format_bytes(rest);
-    throw admission_error(required, available, m);
-  }
+  CUSCOPE_DETAIL_COLD inline void admit();
 
   static session_options named(std::string name);
 
@@ -883,6 +877,169 @@ inline void session::begin(session* parent) {
     ledger_->record_into(detail::record_target{r, scope_});
   }
   nvtx_ = nvtx_range(options_.name.empty() ? "cuscope session" : options_.name.c_str());
+}
+
+auto session::read_admission(const std::string& who, bool count_cache) -> admission_reading {
+  admission_reading r;
+  r.count_cache = count_cache;
+  {
+    scoped_device on(pool_.device());
+    CUSCOPE_DETAIL_TRY_FOR(cudaMemGetInfo(&r.free_bytes, &r.total_bytes), who);
+  }
+  const pool_stats s = pool_.stats();
+  r.reserved_bytes = s.reserved_bytes;
+  r.used_bytes = s.used_bytes;
+  r.limit_bytes = pool_.max_bytes();
+  std::size_t graph_used = 0;
+  detail::graph_memory_now(pool_.device(), graph_used, r.graph_reserved_bytes, who);
+  return r;
+}
+
+void session::read_nvml(const admission_reading& r) {
+  const int device = pool_.device();
+  int domain = 0;
+  int bus = 0;
+  int slot = 0;
+  if (cudaDeviceGetAttribute(&domain, cudaDevAttrPciDomainId, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&slot, cudaDevAttrPciDeviceId, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    report_.admission_nvml = "unavailable: CUDA did not give device " + std::to_string(device) +
+                             "'s PCI address, by which NVML knows it";
+    return;
+  }
+  const unsigned pid = detail::nvml::this_process();
+  const detail::nvml::answer a = detail::nvml::process_usage(
+      detail::nvml::bus_id(static_cast<unsigned>(domain), static_cast<unsigned>(bus),
+                           static_cast<unsigned>(slot)),
+      pid);
+  report_.admission_nvml = a.source;
+  if (!a.available) return;
+  if (!a.listed) {
+    // In a container with its own process ids NVML lists the host's id for this process.
+    report_.admission_nvml = "unavailable: " + a.source + " does not list this process (id " +
+                             std::to_string(pid) + ") on the device";
+    return;
+  }
+  const std::size_t taken = r.total_bytes > r.free_bytes ? r.total_bytes - r.free_bytes : 0;
+  report_.admission_process_bytes = a.used_bytes;
+  report_.admission_other_processes_bytes = taken > a.used_bytes ? taken - a.used_bytes : 0;
+}
+
+void session::admit() {
+  using detail::format_bytes;
+  const admission_options& a = options_.admission;
+  const std::string who = "cuscope::session '" + options_.name + "'";
+  const auto check_fraction = [&](double f, const char* field) {
+    if (!(f >= 0 && f <= 1))
+      throw std::invalid_argument(who + ": admission." + field + " " + std::to_string(f) +
+                                  " is not a fraction in [0, 1]");
+  };
+  check_fraction(a.device_fraction, "device_fraction");
+  check_fraction(a.pool_fraction, "pool_fraction");
+  admission_reading r = read_admission(who, a.count_cache);
+  std::size_t required = a.bytes;
+  const auto at_least = [&required](double f, std::size_t of) {
+    const auto b = static_cast<std::size_t>(f * static_cast<double>(of));
+    if (b > required) required = b;
+  };
+  if (a.device_fraction != 0) at_least(a.device_fraction, r.total_bytes);
+  if (a.pool_fraction != 0) {
+    if (r.limit_bytes == 0)
+      throw std::invalid_argument(who +
+                                  ": admission.pool_fraction needs a pool with a limit, "
+                                  "and pool " +
+                                  detail::format_pointer(pool_.get()) + " has none");
+    at_least(a.pool_fraction, r.limit_bytes);
+  }
+  report_.admission_required_bytes = required;
+  if (r.available() < required && a.on_shortfall == admission_policy::trim_and_retry) {
+    // Frees enqueued on any stream must complete before a trim can give their memory back.
+    const std::size_t reserved_before = r.reserved_bytes;
+    {
+      scoped_device on(pool_.device());
+      CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), who);
+    }
+    pool_.trim_to(0);
+    for (const memory_pool_ref& p : a.also_trim) {
+      if (p == pool_) continue;
+      {
+        scoped_device on(p.device());
+        CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), who);
+      }
+      p.trim_to(0);
+    }
+    if (options_.trim_graph_memory) {
+      scoped_device on(pool_.device());
+      CUSCOPE_DETAIL_TRY_FOR(cudaDeviceGraphMemTrim(pool_.device()), who);
+    }
+    report_.admission_trimmed = true;
+    // What the trim gave back is free memory now, which any allocation can use; what it left
+    // unused lies between live allocations, where a larger allocation cannot go.
+    r = read_admission(who, false);
+    report_.admission_returned_bytes =
+        reserved_before > r.reserved_bytes ? reserved_before - r.reserved_bytes : 0;
+  }
+  const std::size_t available = r.available();
+  report_.admission_available_bytes = available;
+  report_.admission_free_bytes = r.free_bytes;
+  report_.admission_cached_bytes = r.cached();
+  report_.admission_graph_reserved_bytes = r.graph_reserved_bytes;
+  const bool refused = available < required;
+  if (a.query_nvml == nvml_query::always || (refused && a.query_nvml == nvml_query::on_refusal))
+    read_nvml(r);
+  else
+    report_.admission_nvml = "not asked (admission_options::query_nvml)";
+  if (!refused) return;
+  const std::size_t taken = r.total_bytes > r.free_bytes ? r.total_bytes - r.free_bytes : 0;
+  const std::size_t pooled = r.reserved_bytes + r.graph_reserved_bytes;
+  const auto beyond = [](std::size_t all, std::size_t part) { return all > part ? all - part : 0; };
+  const std::size_t unused = beyond(r.reserved_bytes, r.used_bytes);
+  std::string m = who + ": admission refused: " + format_bytes(required) +
+                  " must be available at entry, " + format_bytes(available) + " is (" +
+                  format_bytes(required - available) + " short)";
+  if (report_.admission_trimmed)
+    m += " after synchronizing the device and trimming the pool (" +
+         format_bytes(report_.admission_returned_bytes) + " returned)";
+  m += ". Device " + std::to_string(pool_.device()) + " has " + format_bytes(r.free_bytes) +
+       " free of " + format_bytes(r.total_bytes) + "; pool " + detail::format_pointer(pool_.get()) +
+       " reserves " + format_bytes(r.reserved_bytes) + " (" + format_bytes(r.used_bytes) +
+       " in use, " + format_bytes(unused) + " cached";
+  if (unused != 0)
+    m += report_.admission_trimmed ? ", between live allocations, not counted"
+         : a.count_cache           ? ", counted"
+                                   : ", not counted (admission_options::count_cache)";
+  m += ")";
+  if (r.limit_bytes != 0) m += " under a limit of " + format_bytes(r.limit_bytes);
+  m += "; graph memory reserves " + format_bytes(r.graph_reserved_bytes);
+  if (report_.admission_process_bytes) {
+    const std::size_t mine = *report_.admission_process_bytes;
+    m += "; this process holds " + format_bytes(mine) + " as NVML counts it (" +
+         report_.admission_nvml + "), " + format_bytes(beyond(mine, pooled)) +
+         " of it outside the pool and graph memory (the CUDA context, other pools, cudaMalloc, "
+         "libraries); other processes hold " +
+         format_bytes(*report_.admission_other_processes_bytes);
+  } else {
+    m += "; the rest (the CUDA context, other pools, cudaMalloc, other processes) holds " +
+         format_bytes(beyond(taken, pooled)) +
+         "; NVML, which tells this process's memory from other processes': " +
+         report_.admission_nvml;
+  }
+  session_report refusal;
+  refusal.name = options_.name;
+  refusal.device = pool_.device();
+  refusal.driver_total_bytes = r.total_bytes;
+  refusal.admission_required_bytes = required;
+  refusal.admission_available_bytes = available;
+  refusal.admission_trimmed = report_.admission_trimmed;
+  refusal.admission_returned_bytes = report_.admission_returned_bytes;
+  refusal.admission_free_bytes = r.free_bytes;
+  refusal.admission_cached_bytes = report_.admission_cached_bytes;
+  refusal.admission_graph_reserved_bytes = r.graph_reserved_bytes;
+  refusal.admission_process_bytes = report_.admission_process_bytes;
+  refusal.admission_other_processes_bytes = report_.admission_other_processes_bytes;
+  refusal.admission_nvml = report_.admission_nvml;
+  throw admission_error(required, available, m, std::move(refusal));
 }
 
 inline auto session::named(std::string name) -> session_options {

@@ -514,6 +514,21 @@ std::string misuse_report() {
   return g.misuses_seen;
 }
 
+void set_other_process_bytes(int device, std::size_t bytes) {
+  state& g = global();
+  std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  device_state* d = find_device(g, device);
+  if (d == nullptr)
+    throw std::invalid_argument("cuscope::sim::set_other_process_bytes: device " +
+                                std::to_string(device) + " does not exist");
+  const std::size_t free_bytes = device_free_bytes(g, *d) + d->other_process_bytes;
+  if (bytes > free_bytes)
+    throw std::invalid_argument("cuscope::sim::set_other_process_bytes: " + std::to_string(bytes) +
+                                " bytes on device " + std::to_string(device) + ", which has " +
+                                std::to_string(free_bytes) + " free beside this process");
+  d->other_process_bytes = bytes;
+}
+
 std::size_t pending_operations() {
   state& g = global();
   std::lock_guard<std::recursive_mutex> lock(g.mutex);

@@ -278,6 +278,9 @@ struct device_state {
   std::size_t graph_used_high = 0;
   std::size_t graph_reserved = 0;
   std::size_t graph_reserved_high = 0;
+  // Memory another process holds on the device (set_other_process_bytes): taken from the free
+  // memory, listed by NVML under that process.
+  std::size_t other_process_bytes = 0;
 };
 
 // Memory that cudaFree, cudaFreeHost or cudaHostUnregister took away while work enqueued before

@@ -25,7 +25,8 @@ constexpr std::size_t page_bytes = 4096;
 }  // namespace
 
 std::size_t device_free_bytes(const state& g, const device_state& d) {
-  std::size_t held = g.config.context_bytes + d.malloc_bytes + d.graph_reserved;
+  std::size_t held =
+      g.config.context_bytes + d.malloc_bytes + d.graph_reserved + d.other_process_bytes;
   for (const auto& p : g.pools)
     if (p->device == d.index && !p->host) held += p->allocator.reserved();
   return held >= g.config.total_bytes ? 0 : g.config.total_bytes - held;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// NVML, as nvidia-smi asks it, for the simulated devices: the one process using a device is this
-// one, and it uses what the device has taken (context, cudaMalloc, pool reserve). cuscope's NVML
+// NVML, as nvidia-smi asks it, for the simulated devices: this process uses what the device has
+// taken (context, cudaMalloc, pool reserve, graph memory), and another process what
+// sim::set_other_process_bytes gave it. cuscope's NVML
 // loader (include/cuscope/detail/nvml.hpp) finds these through cuscope_sim_nvml_symbol before it
 // would load libnvidia-ml.so.1, whose answer would describe real devices. docs/simulated-device.md,
 // "NVML".
@@ -82,17 +83,19 @@ int nvml_processes(void* device, unsigned int* count, process_info* infos) {
   device_state* d = find_device(g, index_of(device));
   if (d == nullptr) return nvml_invalid_argument;
   const std::size_t free_bytes = device_free_bytes(g, *d);
-  const std::size_t used = g.config.total_bytes - free_bytes;
-  if (*count < 1) {
-    *count = 1;
+  const std::size_t used = g.config.total_bytes - free_bytes - d->other_process_bytes;
+  const unsigned int listed = d->other_process_bytes != 0 ? 2 : 1;
+  if (*count < listed) {
+    *count = listed;
     return nvml_insufficient_size;
   }
   if (infos == nullptr) return nvml_invalid_argument;
-  *count = 1;
-  infos[0].pid = static_cast<unsigned int>(getpid());
-  infos[0].usedGpuMemory = used;
-  infos[0].gpuInstanceId = no_instance;
-  infos[0].computeInstanceId = no_instance;
+  *count = listed;
+  const auto pid = static_cast<unsigned int>(getpid());
+  infos[0] = process_info{pid, used, no_instance, no_instance};
+  // The co-tenant of set_other_process_bytes, under an id that is not this process's.
+  if (listed == 2)
+    infos[1] = process_info{pid + 1, d->other_process_bytes, no_instance, no_instance};
   return nvml_success;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -216,6 +217,13 @@ inline answer process_usage(const std::string& bus_id, unsigned int pid) {
   }
   (void)shutdown();
   return a;
+}
+
+// A device's PCI address as NVML's nvmlDeviceGetHandleByPciBusId takes it ("00000000:65:00.0").
+inline std::string bus_id(unsigned domain, unsigned bus, unsigned device) {
+  char id[32];
+  std::snprintf(id, sizeof id, "%08x:%02x:%02x.0", domain, bus, device);
+  return id;
 }
 
 // This process's id, as NVML lists it (in a container with its own PID namespace NVML may list

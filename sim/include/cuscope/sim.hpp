@@ -120,6 +120,14 @@ template <class T>
 /// while another process still mapped it, which returns no error (nor does a GPU).
 [[nodiscard]] std::string misuse_report();
 
+/// @brief Makes another process, a co-tenant of the GPU, hold bytes of device's memory from now
+/// on, in place of what it held before (0: nothing). cudaMemGetInfo counts them as taken, NVML
+/// lists that process beside this one, and this process's allocations fail when they do not fit
+/// beside it. A reset forgets it.
+/// @throws std::invalid_argument for a device that does not exist, or more bytes than the device
+/// has free beside this process's memory.
+void set_other_process_bytes(int device, std::size_t bytes);
+
 /// @brief Operations enqueued on streams of any device and not yet run (always 0 in eager mode).
 [[nodiscard]] std::size_t pending_operations();
 
