@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // A service: 1000 requests on 4 threads, each a session nested in the service's, with budgets,
-// admission, out-of-memory refusals and injected faults, reporting one JSON line each.
+// admission, out-of-memory refusals and injected faults, reporting one JSON line each. The load is
+// service_load.hpp's, which tests/testing/gtest_service.cpp runs under GoogleTest too.
 #include <cuscope/json_line_sink.hpp>
 #include <cuscope/memory_pool.hpp>
 #include <cuscope/session.hpp>
@@ -14,7 +15,6 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -22,12 +22,10 @@
 #include <vector>
 
 #include "json_check.hpp"
+#include "service_load.hpp"
 #include "test_support.hpp"
 
-using cuscope::admission_error;
-using cuscope::device_buffer;
 using cuscope::json_line_sink;
-using cuscope::leak_policy;
 using cuscope::memory_pool;
 using cuscope::session;
 using cuscope::session_options;
@@ -36,75 +34,11 @@ using cuscope::stream;
 using cuscope::test::device_guard;
 using cuscope::test::json_error;
 using cuscope::test::json_field;
+using cuscope::test::worker_log;
 
 namespace {
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
-
-// What one worker saw; checked on the main thread (Catch2 assertions are not thread-safe).
-struct worker_log {
-  std::vector<std::string> errors;
-  std::set<std::string> served;                // names of the requests that began
-  std::map<std::string, std::size_t> budgets;  // of every request, 0 for none
-  std::size_t admitted = 0;
-  std::size_t admission_refusals = 0;
-  std::size_t budget_refusals = 0;
-  std::size_t pool_refusals = 0;
-  std::size_t faults = 0;
-  std::size_t failed_ends = 0;
-};
-
-void work(session& service, int id, int requests, worker_log& log) {
-  stream s;
-  std::mt19937 rng(static_cast<unsigned>(id) * 7919U + 1U);
-  for (int i = 0; i < requests; ++i) {
-    session_options o;
-    o.name = "request " + std::to_string(id) + "." + std::to_string(i);
-    o.budget_bytes = (1 + rng() % 8) * MiB;
-    o.on_leak = leak_policy::ignore;  // the lines are checked instead
-    const bool huge = i % 50 == 7;    // beyond the pool's limit
-    if (huge) o.budget_bytes = 0;
-    // The service's 32 MiB of weights leave at most 32 MiB of the pool's 64: three quarters of
-    // its limit is never available, 16 MiB is unless the other requests hold more.
-    if (i % 10 == 3) o.admission.pool_fraction = 0.75;
-    if (i % 10 == 5) o.admission.bytes = 16 * MiB;
-    log.budgets[o.name] = o.budget_bytes;
-    try {
-      session request(service, s, o);
-      ++log.admitted;
-      log.served.insert(o.name);
-      {
-        std::vector<device_buffer<char>> live;
-        const int buffers = 1 + static_cast<int>(rng() % 6);
-        for (int k = 0; k < buffers; ++k) {
-          const std::size_t bytes = huge && k == 0 ? 80 * MiB : (1 + rng() % 4) * MiB / 2;
-          try {
-            live.push_back(request.make_buffer<char>(bytes, "activations"));
-          } catch (const cuscope::out_of_memory& e) {
-            if (e.status() == cudaSuccess)  // a budget, before CUDA was asked
-              ++log.budget_refusals;
-            else
-              ++log.pool_refusals;
-          } catch (const cuscope::cuda_error&) {
-            ++log.faults;
-          }
-          if (rng() % 3 == 0 && !live.empty()) live.pop_back();
-        }
-      }
-      try {
-        const session_report& r = request.finish();
-        if (r.leaked()) log.errors.push_back(o.name + ": leaked\n" + r.to_string());
-      } catch (const cuscope::cuda_error&) {
-        ++log.failed_ends;
-        if (!request.finished()) log.errors.push_back(o.name + ": not finished after a failure");
-        if (request.report().leaked())
-          log.errors.push_back(o.name + ": leaked\n" + request.report().to_string());
-      }
-    } catch (const admission_error&) {
-      ++log.admission_refusals;
-    }
-  }
-}
 
 std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream in(path);
@@ -158,7 +92,7 @@ TEST_CASE(
     {
       std::vector<std::thread> workers;
       for (int t = 0; t < threads; ++t)
-        workers.emplace_back(work, std::ref(service), t, requests,
+        workers.emplace_back(cuscope::test::serve_requests, std::ref(service), t, requests,
                              std::ref(logs[static_cast<std::size_t>(t)]));
       for (std::thread& w : workers)
         w.join();
@@ -176,19 +110,12 @@ TEST_CASE(
   CHECK(pool.stats().used_bytes == 0);
   CHECK(pool.stats().reserved_bytes <= keep);
 
+  // Checked here: Catch2 assertions are not thread-safe.
   worker_log total;
-  for (const worker_log& l : logs) {
-    for (const std::string& e : l.errors)
-      FAIL_CHECK(e);
-    total.served.insert(l.served.begin(), l.served.end());
-    total.budgets.insert(l.budgets.begin(), l.budgets.end());
-    total.admitted += l.admitted;
-    total.admission_refusals += l.admission_refusals;
-    total.budget_refusals += l.budget_refusals;
-    total.pool_refusals += l.pool_refusals;
-    total.faults += l.faults;
-    total.failed_ends += l.failed_ends;
-  }
+  for (const worker_log& l : logs)
+    total.add(l);
+  for (const std::string& e : total.errors)
+    FAIL_CHECK(e);
   CHECK(total.admitted + total.admission_refusals == threads * requests);
   CHECK(total.served.size() == total.admitted);
   CHECK(total.budget_refusals > 0);
