@@ -21,6 +21,11 @@ statistics and tracking adaptors as the equivalent of a session's accounting. RM
 with pip into --cache unless --rmm names an unpacked copy; offline, or with --no-rmm, the RMM
 rows are skipped with a message.
 
+With --out DIR it writes the results file set into DIR: <date>-host-cost.json (everything, with
+the machine: CPU model and count, compiler, valgrind, commit), <date>-host-cost.md (the tables)
+and <date>-host-cost.png (a bar plot of the ratios; needs matplotlib). --png FILE writes only the
+plot, --json FILE only the JSON.
+
 Exit code 77 (reported as Skipped by ctest) when valgrind is not installed.
 """
 import argparse
@@ -153,6 +158,129 @@ def count_ir(valgrind, exe, name, pairs, work):
     return ir
 
 
+TEXT_COLUMNS = ("function", "what", "added vs cuscope", "configuration")
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def commit_info():
+    """The commit measured, and whether the files the benchmark builds differ from it."""
+    def git(*args):
+        proc = subprocess.run(["git", "-C", ROOT] + list(args), stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, universal_newlines=True)
+        return proc.stdout.strip() if proc.returncode == 0 else None
+    commit = git("rev-parse", "--short=12", "HEAD")
+    if commit is None:
+        return {"commit": "unknown (not a git checkout)", "modified": None}
+    changed = git("status", "--porcelain", "--", "include", "sim", "benchmarks")
+    return {"commit": commit, "modified": bool(changed)}
+
+
+def machine_info(a, cxx_version, valgrind_version):
+    c = commit_info()
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "machine": platform.machine(),
+            "system": "%s %s" % (platform.system(), platform.release()),
+            "compiler": cxx_version, "compiler_path": a.cxx, "valgrind": valgrind_version,
+            "python": platform.python_version(), "commit": c["commit"],
+            "commit_modified": c["modified"]}
+
+
+def write_markdown(doc, path):
+    m = doc["machine"]
+    out = ["# Host cost of an allocate/free pair: cuscope, CCCL and RMM", "",
+           "%s, %s. Written by `benchmarks/peers/host_cost.py %s`." % (
+               doc["date_utc"][:10], "simulated device (eager mode)", doc["command_line"]), "",
+           "| machine | |", "|---|---|",
+           "| CPU | %s (%s logical CPUs, %s) |" % (m["cpu"], m["cpu_count"], m["machine"]),
+           "| system | %s, Python %s |" % (m["system"], m["python"]),
+           "| compiler | %s, `-O2` |" % m["compiler"],
+           "| valgrind | %s |" % m["valgrind"],
+           "| cuscope | %s%s |" % (m["commit"], " with uncommitted changes to the measured files"
+                                  if m["commit_modified"] else ""),
+           "| CCCL | %s |" % ", ".join("%s (%s)" % (c["version"], c["path"])
+                                       for c in doc["config"]["cccl_all"]),
+           "| RMM | %s |" % (", ".join(doc["config"]["rmm"]) if doc["config"]["rmm"]
+                             else "not measured"), ""]
+    for t in doc["tables"]:
+        out += ["## " + t["title"], "",
+                "| " + " | ".join(t["columns"]) + " |",
+                "|" + "|".join("---" if c in TEXT_COLUMNS else "---:" for c in t["columns"]) + "|"]
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in t["rows"]]
+        out.append("")
+    out += ["## Notes", ""] + ["- " + n for n in doc["notes"]] + [""]
+    if doc["headline"]:
+        out += ["## Headline", "", "| figure | value | detail |", "|---|---:|---|"]
+        out += ["| %s | %.2f%s | %s |" % (h["name"], h["value"], h["unit"], h.get("detail", ""))
+                for h in doc["headline"]]
+        out.append("")
+    with open(path, "w") as f:
+        f.write("\n".join(out))
+
+
+def write_png(doc, path):
+    """Bar plot of the ratios: each peer's added instructions against cuscope's path doing the
+    same job, then each path's added instructions over the raw loop."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("host_cost: the PNG needs matplotlib (apt-get install python3-matplotlib, "
+                         "or scripts/install-deps.sh --tests); run with a Python that has it")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = []
+    ratios = [r for r in doc["results"] if r.get("added_ratio") is not None]
+    if ratios:
+        panels.append(("peer's added instructions / cuscope's, per pair (callgrind; >1: cuscope "
+                       "is lighter)", [("%s / %s" % (r["label"], r["compared_with"]),
+                                        r["added_ratio"]) for r in ratios], True))
+    panels.append(("added instructions per pair over the raw loop (callgrind)",
+                   [(r["label"], r["added_instructions"]) for r in doc["results"]
+                    if r["function"] != "raw"], False))
+    heights = [len(p[1]) for p in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 0.36 * sum(heights) + 1.5 * len(panels)),
+                             gridspec_kw={"height_ratios": heights}, squeeze=False)
+    for ax, (title, bars, is_ratio) in zip(axes[:, 0], panels):
+        names = [b[0] for b in bars][::-1]
+        values = [b[1] for b in bars][::-1]
+        y = range(len(bars))
+        if is_ratio:
+            ax.set_xscale("log")
+            ax.axvline(1.0, color="black", linewidth=0.8)
+            colors = ["#2e7d32" if v >= 1 else "#c62828" for v in values]
+            ax.barh(y, [v - 1.0 for v in values], left=1.0, color=colors, height=0.6)
+            ax.set_xlim(min(values + [1.0]) / 2, max(values + [1.0]) * 4)
+            for i, v in enumerate(values):
+                ax.text(v * 1.08 if v >= 1 else 1.08, i, "%.2fx" % v, va="center", fontsize=8)
+        else:
+            colors = ["#1565c0" if not n.startswith(("rmm", "cccl")) else "#78909c"
+                      for n in names]
+            ax.barh(y, values, color=colors, height=0.6)
+            ax.set_xlim(min(0, min(values)) * 1.3, max(values) * 1.25)
+            for i, v in enumerate(values):
+                ax.text(max(v, 0) + max(values) * 0.01, i, "%+.0f" % v, va="center", fontsize=8)
+        ax.set_yticks(list(y))
+        ax.set_yticklabels(names, fontsize=8)
+        ax.set_title(title, fontsize=9, loc="left")
+    m = doc["machine"]
+    fig.suptitle("cuscope host cost of a 256-byte allocate/free pair, %s\n%s, %s cores, %s, %s, "
+                 "cuscope %s" % (doc["date_utc"][:10], m["cpu"], m["cpu_count"],
+                                 m["compiler"].split(" (")[0], m["valgrind"], m["commit"]),
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def print_table(title, columns, rows):
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
     fmt = lambda cells: "  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i])
@@ -185,8 +313,13 @@ def main():
     p.add_argument("--rounds", type=int, default=None, help="timing rounds (default 21)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--json", help="write the results to this file")
+    p.add_argument("--png", help="write the plot of the ratios to this file (needs matplotlib)")
+    p.add_argument("--out", help="write <date>-host-cost.json, .md and .png into this directory "
+                   "(benchmarks/results for a committed set)")
     p.add_argument("--valgrind", default=shutil.which("valgrind"))
     a = p.parse_args()
+    if a.out and a.quick:
+        p.error("--quick is a smoke run: it writes no results set (--out)")
     if a.cccl is None:
         cccl = os.path.join(a.cuda_include, "cccl")
         a.cccl = cccl if os.path.isdir(cccl) else a.cuda_include
@@ -220,7 +353,8 @@ def main():
             ir2 = count_ir(a.valgrind, exe, name, 2 * n, work)
             counts[name] = (ir2 - ir1) / float(n)
         timing_json = os.path.join(work, "timing.json")
-        timing_cmd = [exe, "--pairs", str(20 * n if not a.quick else n), "--rounds", str(rounds),
+        timed_pairs = 20 * n if not a.quick else n
+        timing_cmd = [exe, "--pairs", str(timed_pairs), "--rounds", str(rounds),
                       "--json", timing_json]
         proc = subprocess.run(timing_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               universal_newlines=True)
@@ -239,7 +373,8 @@ def main():
     results, rows = [], []
     for name, what in functions:
         added = counts[name] - raw_ir
-        r = {"function": name, "what": what, "instructions_per_pair": counts[name],
+        r = {"function": name, "label": name, "what": what,
+             "instructions_per_pair": counts[name],
              "added_instructions": added, "ns_per_pair": timing[name]["median"],
              "ns_spread_pct": timing[name].get("spread_pct"),
              "time_ratio_to_raw": timing[name]["median"] / raw_ns}
@@ -252,7 +387,8 @@ def main():
                 versus = "%.2fx %s" % (r["added_ratio"], COUNTERPART[name])
         results.append(r)
         rows.append([name, what, "%.0f" % counts[name], "%+.0f" % added, versus,
-                     "%.0f ns" % r["ns_per_pair"], "%.2fx" % r["time_ratio_to_raw"]])
+                     "%.0f ns ±%.0f%%" % (r["ns_per_pair"], r["ns_spread_pct"] or 0),
+                     "%.2fx" % r["time_ratio_to_raw"]])
     columns = ["function", "what", "Ir per pair", "added over raw", "added vs cuscope",
                "time per pair", "time / raw"]
     title = ("host cost of a 256-byte allocate/free pair from an explicit pool, simulated device "
@@ -264,7 +400,9 @@ def main():
         "built with %s -O2." % (version, cxx_version),
         "The raw loop's own count is mostly the simulated runtime's; 'added over raw' is the "
         "library's own code plus any extra runtime calls it makes (counted at the simulated "
-        "runtime's price). Time on the simulated device includes the simulation.",
+        "runtime's price). Time on the simulated device includes the simulation; it is the median "
+        "of %d interleaved rounds of %d pairs, ± the interquartile range over the median, on a "
+        "machine that may be loaded: secondary to the instruction counts." % (rounds, timed_pairs),
         "'added vs cuscope' divides a peer's added instructions by those of the cuscope path "
         "doing the same job: RMM's view resource against memory_pool, RMM's device_buffer "
         "against device_buffer, RMM's device_buffer through an accounting adaptor against "
@@ -290,25 +428,40 @@ def main():
                     counts[r["compared_with"]] - raw_ir)})
     for h in headline:
         log("headline: %s: %.2fx" % (h["name"], h["value"]))
+    date = datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
+    doc = {
+        "schema": "cuscope-bench/1", "benchmark": "host_cost", "simulated": True,
+        "quick": a.quick, "command_line": " ".join(sys.argv[1:]), "date_utc": date,
+        "device": {"name": "cuscope simulated device", "simulated": True},
+        "machine": machine_info(a, cxx_version, version),
+        "build": {"compiler": cxx_version, "valgrind": version, "command": build_cmd},
+        "config": {"pairs": n, "rounds": rounds, "bytes": 256,
+                   "rmm": None if rmm_reason else RMM_WHEELS,
+                   "cccl": {"path": a.cccl, "version": cccl_version(a.cccl)},
+                   "cccl_all": [{"path": a.cccl, "version": cccl_version(a.cccl)}]},
+        "notes": notes,
+        "tables": [{"title": title, "columns": columns, "rows": rows}],
+        "results": results, "headline": headline,
+    }
+    outputs = []
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        stem = os.path.join(a.out, date[:10] + "-host-cost")
+        outputs = [("json", stem + ".json"), ("md", stem + ".md"), ("png", stem + ".png")]
     if a.json:
-        doc = {
-            "schema": "cuscope-bench/1", "benchmark": "host_cost", "simulated": True,
-            "quick": a.quick, "command_line": " ".join(sys.argv[1:]),
-            "date_utc": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "device": {"name": "cuscope simulated device", "simulated": True},
-            "build": {"compiler": cxx_version, "valgrind": version, "command": build_cmd,
-                      "machine": platform.machine(), "cpu": platform.processor()},
-            "config": {"pairs": n, "rounds": rounds, "bytes": 256,
-                       "rmm": None if rmm_reason else RMM_WHEELS,
-                       "cccl": {"path": a.cccl, "version": cccl_version(a.cccl)}},
-            "notes": notes,
-            "tables": [{"title": title, "columns": columns, "rows": rows}],
-            "results": results, "headline": headline,
-        }
-        with open(a.json, "w") as f:
-            json.dump(doc, f, indent=2)
-            f.write("\n")
-        log("wrote " + a.json)
+        outputs.append(("json", a.json))
+    if a.png:
+        outputs.append(("png", a.png))
+    for kind, path in outputs:
+        if kind == "json":
+            with open(path, "w") as f:
+                json.dump(doc, f, indent=2)
+                f.write("\n")
+        elif kind == "md":
+            write_markdown(doc, path)
+        else:
+            write_png(doc, path)
+        log("wrote " + path)
     return 0
 
 
