@@ -32,7 +32,7 @@ struct tally {
 
 // One request: its memory estimate is admitted first, then used.
 void handle(cuscope::session& service, cuscope::stream_ref s, const cuscope::session_options& base,
-            int worker, int index, tally& t) {
+            cuscope::report_sink& sink, int worker, int index, tally& t) {
   cuscope::session_options o = base;
   o.name = "request " + std::to_string(worker) + "." + std::to_string(index);
   const std::size_t estimate = (8 + static_cast<std::size_t>((worker * 7 + index * 13) % 24)) * MiB;
@@ -51,6 +51,12 @@ void handle(cuscope::session& service, cuscope::stream_ref s, const cuscope::ses
   } catch (const cuscope::admission_error& e) {
     ++t.refused;
     std::fprintf(stderr, "refused: %s\n", e.what());
+    try {
+      sink.write(e.report());  // the refused request's line: "admission_refused":true
+    } catch (const std::exception& w) {
+      ++t.failed;
+      std::fprintf(stderr, "failed: %s\n", w.what());
+    }
   } catch (const std::exception& e) {
     ++t.failed;
     std::fprintf(stderr, "failed: %s\n", e.what());
@@ -87,10 +93,10 @@ int main() {
       cuscope::session service(pool, service_stream, so);
       std::vector<std::thread> threads;
       for (int w = 0; w < workers; ++w) {
-        threads.emplace_back([&service, &options, &t, w] {
+        threads.emplace_back([&service, &options, &sink, &t, w] {
           cuscope::stream s;
           for (int i = 0; i < requests_per_worker; ++i)
-            handle(service, s, options, w, i, t);
+            handle(service, s, options, *sink, w, i, t);
         });
       }
       for (std::thread& th : threads)
@@ -106,7 +112,7 @@ int main() {
                  t.served.load(), t.refused.load(), t.failed.load(), t.leaked.load(), sink->lines(),
                  sink->target().c_str(), sink->failures(), after.reserved_bytes, after.used_bytes);
     const bool ok = clean && t.failed == 0 && t.leaked == 0 && after.used_bytes == 0 &&
-                    sink->lines() == static_cast<std::size_t>(t.served.load()) + 1 &&
+                    sink->lines() == static_cast<std::size_t>(t.served + t.refused) + 1 &&
                     sink->failures() == 0;
     std::fprintf(stderr, ok ? "every request reported, nothing leaked\n" : "FAILED\n");
     return ok ? 0 : 1;

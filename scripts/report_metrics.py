@@ -54,13 +54,16 @@ def main():
     parser.add_argument("--top", default="", help="the name of the service's own session")
     args = parser.parse_args()
 
-    sessions = leaked = incomplete = trimmed = admitted_after_trim = 0
+    sessions = leaked = incomplete = trimmed = admitted_after_trim = refused = 0
     leaked_bytes = returned = peak = admission_returned = top_sessions = 0
     # A report's counters include those of the sessions nested in it: --top leaves the service's
     # own line out, so that the requests' allocations are not counted twice.
     counts = {"allocations": 0, "frees": 0, "budget_refusals": 0, "pool_refusals": 0,
               "retries": 0}
     for r in reports(args.files):
+        if r.get("admission_refused"):  # admission_error::report(): it never began
+            refused += 1
+            continue
         if args.top and r.get("name") == args.top:
             top_sessions += 1
             continue
@@ -93,6 +96,8 @@ def main():
          "Sessions admitted after their admission trimmed the pools.", admitted_after_trim),
         ("cuscope_admission_returned_bytes_total", "counter",
          "Reserve that admission trims gave back.", admission_returned),
+        ("cuscope_admission_refusals_total", "counter",
+         "Requests their admission refused (lines with admission_refused).", refused),
         ("cuscope_allocations_total", "counter", "Allocations made through the sessions.",
          counts["allocations"]),
         ("cuscope_frees_total", "counter", "Of them, those freed.", counts["frees"]),

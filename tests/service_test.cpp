@@ -93,7 +93,7 @@ TEST_CASE(
       std::vector<std::thread> workers;
       for (int t = 0; t < threads; ++t)
         workers.emplace_back(cuscope::test::serve_requests, std::ref(service), t, requests,
-                             std::ref(logs[static_cast<std::size_t>(t)]));
+                             std::ref(logs[static_cast<std::size_t>(t)]), nullptr);
       for (std::thread& w : workers)
         w.join();
     }

@@ -109,6 +109,7 @@ TEST_CASE(
     CHECK_THAT(m, contains("other processes hold 384.00 MiB"));
     CHECK_THAT(m, !contains("trimming"));
     const session_report& r = e.report();
+    CHECK(r.admission_refused);
     CHECK(r.name == "request");
     CHECK(r.admission_required_bytes == 512 * MiB);
     CHECK(r.admission_available_bytes == 384 * MiB);
@@ -121,6 +122,12 @@ TEST_CASE(
     CHECK(cuscope::test::json_error(json).empty());
     CHECK(cuscope::test::json_field(json, "admission_other_processes_bytes") ==
           std::to_string(384 * MiB));
+    CHECK(cuscope::test::json_field(json, "admission_refused") == "true");
+    CHECK(r.to_string() ==
+          "session 'request' on device 0, refused by its admission\n  REFUSED: 512.00 MiB asked, "
+          "384.00 MiB available at entry (128.00 MiB free on the device and 256.00 MiB cached in "
+          "the pool); this process holds 512.00 MiB, other processes 384.00 MiB (NVML: the "
+          "simulated device's NVML)\n");
   }
   CHECK(pool.stats().reserved_bytes == 256 * MiB);  // refuse does not trim
 
@@ -141,6 +148,7 @@ TEST_CASE(
   CHECK(cuscope::test::json_field(json, "admission_trimmed") == "false");
   CHECK(cuscope::test::json_field(json, "admission_cached_bytes") == std::to_string(256 * MiB));
   CHECK(cuscope::test::json_field(json, "admission_process_bytes") == "null");
+  CHECK(cuscope::test::json_field(json, "admission_refused") == "false");
 }
 
 TEST_CASE(

@@ -143,6 +143,10 @@ struct session_report {
   /// @brief What other processes hold on the device then: the memory the driver counts as taken
   /// that NVML does not count as this process's; empty without admission_process_bytes.
   std::optional<std::size_t> admission_other_processes_bytes;
+  /// @brief Whether this is the report of a session that its admission refused
+  /// (admission_error::report()): it never began, and only its name, device, driver_total_bytes
+  /// and admission figures are set.
+  bool admission_refused = false;
   /// @brief Where admission_process_bytes came from ("libnvidia-ml.so.1"), or why there is none
   /// ("unavailable: ...", "not asked (admission_options::query_nvml)"); empty when the admission
   /// asked nothing.
@@ -172,11 +176,32 @@ struct session_report {
     const auto figure = [&](const char* member, std::size_t bytes) {
       return known(member) ? format_bytes(bytes) : std::string("unknown");
     };
+    std::string admission;  // what the admission asked and found
+    if (admission_required_bytes != 0) {
+      admission = std::string(admission_refused ? "  REFUSED: " : "  admitted: ") +
+                  format_bytes(admission_required_bytes) + " asked, " +
+                  format_bytes(admission_available_bytes) + " available at entry (" +
+                  format_bytes(admission_free_bytes) + " free on the device";
+      if (admission_cached_bytes != 0)
+        admission += " and " + format_bytes(admission_cached_bytes) + " cached in the pool";
+      admission += ")";
+      if (admission_trimmed)
+        admission += " after a trim that returned " + format_bytes(admission_returned_bytes);
+      if (admission_process_bytes)
+        admission += "; this process holds " + format_bytes(*admission_process_bytes) +
+                     ", other processes " +
+                     format_bytes(admission_other_processes_bytes.value_or(0)) +
+                     " (NVML: " + admission_nvml + ")";
+      else
+        admission += "; NVML " + admission_nvml;
+      admission += "\n";
+    }
+    const std::string who = "session '" + (name.empty() ? std::string("unnamed") : name) +
+                            "' on device " + std::to_string(device);
+    if (admission_refused) return who + ", refused by its admission\n" + admission;
     char time[32];
     std::snprintf(time, sizeof time, "%.3f s", seconds);
-    std::string s = "session '" + (name.empty() ? std::string("unnamed") : name) + "' on device " +
-                    std::to_string(device) + ", " + time +
-                    (unwinding ? " (ended by an exception)" : "") + "\n";
+    std::string s = who + ", " + time + (unwinding ? " (ended by an exception)" : "") + "\n";
     s += "  peak in use " + figure("peak_used_bytes", peak_used_bytes) + ", peak reserved " +
          figure("peak_reserved_bytes", peak_reserved_bytes) +
          (concurrent ? " (of the pool, shared)" : "") + "; its own allocations peaked at " +
@@ -223,23 +248,7 @@ struct session_report {
                                 " returned)"
                           : " (not trimmed)") +
            "\n";
-    if (admission_required_bytes != 0) {
-      s += "  admitted: " + format_bytes(admission_required_bytes) + " asked, " +
-           format_bytes(admission_available_bytes) + " available at entry (" +
-           format_bytes(admission_free_bytes) + " free on the device";
-      if (admission_cached_bytes != 0)
-        s += " and " + format_bytes(admission_cached_bytes) + " cached in the pool";
-      s += ")";
-      if (admission_trimmed)
-        s += " after a trim that returned " + format_bytes(admission_returned_bytes);
-      if (admission_process_bytes)
-        s += "; this process holds " + format_bytes(*admission_process_bytes) +
-             ", other processes " + format_bytes(admission_other_processes_bytes.value_or(0)) +
-             " (NVML: " + admission_nvml + ")";
-      else
-        s += "; NVML " + admission_nvml;
-      s += "\n";
-    }
+    if (admission_required_bytes != 0) s += admission;
     if (leaked_allocations != 0) {
       s += "  LEAKED " + std::to_string(leaked_allocations) + " allocation" +
            (leaked_allocations == 1 ? "" : "s") + ", " + format_bytes(leaked_bytes) + ":\n";
@@ -322,6 +331,7 @@ struct session_report {
   number("admission_available_bytes", r.admission_available_bytes);
   flag("admission_trimmed", r.admission_trimmed);
   number("admission_returned_bytes", r.admission_returned_bytes);
+  flag("admission_refused", r.admission_refused);
   number("admission_free_bytes", r.admission_free_bytes);
   number("admission_cached_bytes", r.admission_cached_bytes);
   number("admission_graph_reserved_bytes", r.admission_graph_reserved_bytes);
@@ -1026,6 +1036,7 @@ void session::admit() {
          report_.admission_nvml;
   }
   session_report refusal;
+  refusal.admission_refused = true;
   refusal.name = options_.name;
   refusal.device = pool_.device();
   refusal.driver_total_bytes = r.total_bytes;

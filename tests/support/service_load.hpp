@@ -48,8 +48,10 @@ struct worker_log {
 // Serves requests requests of worker id, each nested in service, on a stream of its own. The
 // service's 32 MiB of weights in a 64 MiB pool leave at most 32 MiB: a tenth of the requests ask
 // admission for three quarters of the pool's limit (always refused), a tenth for 16 MiB, one in
-// fifty asks the pool for 80 MiB (refused by the pool).
-inline void serve_requests(session& service, int id, int requests, worker_log& log) {
+// fifty asks the pool for 80 MiB (refused by the pool). A refused request's report
+// (admission_error::report()) goes to refusals, unless it is null.
+inline void serve_requests(session& service, int id, int requests, worker_log& log,
+                           report_sink* refusals) {
   constexpr std::size_t MiB = std::size_t{1} << 20;
   stream s;
   std::mt19937 rng(static_cast<unsigned>(id) * 7919U + 1U);
@@ -94,8 +96,9 @@ inline void serve_requests(session& service, int id, int requests, worker_log& l
         if (request.report().leaked())
           log.errors.push_back(o.name + ": leaked\n" + request.report().to_string());
       }
-    } catch (const admission_error&) {
+    } catch (const admission_error& e) {
       ++log.admission_refusals;
+      if (refusals != nullptr) refusals->write(e.report());
     }
   }
 }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The service of tests/service_test.cpp in a GoogleTest suite under the per-test leak check
 // (<cuscope/testing/gtest.hpp>): 1000 requests on 4 threads, each a session nested in the
-// service's, write 1000 JSON lines that parse and add up, and the leak check around the test finds
-// the suite's pool as it was.
+// service's, write 1000 JSON lines (a refused request its admission_error's report) that parse and
+// add up, and the leak check around the test finds the suite's pool as it was.
 #include <cuscope/testing/gtest.hpp>
 
 #include <cuscope/cuscope.hpp>
@@ -46,7 +46,7 @@ TEST(Service, ThousandRequestsOnFourThreadsWriteOneLineEach) {
     std::vector<std::thread> workers;
     for (int t = 0; t < threads; ++t)
       workers.emplace_back(cuscope::test::serve_requests, std::ref(service), t, requests,
-                           std::ref(logs[static_cast<std::size_t>(t)]));
+                           std::ref(logs[static_cast<std::size_t>(t)]), &sink);
     for (std::thread& w : workers)
       w.join();
     weights = {};
@@ -68,16 +68,26 @@ TEST(Service, ThousandRequestsOnFourThreadsWriteOneLineEach) {
   EXPECT_EQ(total.faults, 0u);
   EXPECT_EQ(total.failed_ends, 0u);
 
-  ASSERT_EQ(lines.size(), total.admitted + 1);  // each request that began, and the service
+  // One line per request, begun or refused by its admission, and the service's.
+  ASSERT_EQ(lines.size(), std::size_t{threads * requests} + 1);
   EXPECT_EQ(written, lines.size());
   std::set<std::string> names;
+  std::set<std::string> refused;
   std::size_t admission_checked = 0;
   for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
     const std::string& line = lines[i];
     SCOPED_TRACE(line);
     ASSERT_EQ(cuscope::test::json_error(line), "");
     const std::string name = cuscope::test::json_field(line, "name");
-    EXPECT_TRUE(names.insert(name).second);  // one line per request
+    if (cuscope::test::json_field(line, "admission_refused") == "true") {
+      EXPECT_TRUE(refused.insert(name).second);
+      EXPECT_LT(figure(line, "admission_available_bytes"),
+                figure(line, "admission_required_bytes"));
+      EXPECT_EQ(cuscope::test::json_field(line, "admission_nvml"),
+                "the simulated device's NVML");  // asked to explain the refusal
+      continue;
+    }
+    EXPECT_TRUE(names.insert(name).second);
     EXPECT_EQ(cuscope::test::json_field(line, "leaked"), "false");
     EXPECT_EQ(cuscope::test::json_field(line, "complete"), "true");
     EXPECT_EQ(figure(line, "leaked_bytes"), 0u);
@@ -100,6 +110,7 @@ TEST(Service, ThousandRequestsOnFourThreadsWriteOneLineEach) {
     }
   }
   EXPECT_EQ(names, total.served);
+  EXPECT_EQ(refused.size(), total.admission_refusals);
   EXPECT_EQ(admission_checked + total.admission_refusals, std::size_t{threads * requests / 5});
   const std::string& last = lines.back();
   EXPECT_EQ(cuscope::test::json_field(last, "name"), "service");
