@@ -43,6 +43,43 @@ TEST_CASE("session: admission options that make no sense are refused with the fi
   CHECK(pool.stats().reserved_bytes == 0);
 }
 
+TEST_CASE(
+    "session: an admission that asks NVML at every admission says where its figures came "
+    "from, and they add up to the memory the driver counts as taken",
+    "[session][admission]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.name = "asks NVML";
+  o.admission.bytes = 1;
+  o.admission.query_nvml = cuscope::nvml_query::always;
+  session admitted(pool, s, o);
+  const session_report& r = admitted.report();
+  INFO(r.admission_nvml);
+  const std::size_t taken = r.driver_total_bytes - r.admission_free_bytes;
+  if (cuscope::test::simulated) {
+    CHECK(r.admission_nvml == "the simulated device's NVML");
+    REQUIRE(r.admission_process_bytes);
+    CHECK(*r.admission_process_bytes == taken);  // the context, this process's only memory
+  } else {
+    // On a GPU machine the driver installs libnvidia-ml.so.1; a container with its own process
+    // ids may hide this process from it, which the report must then say.
+    const bool answered = r.admission_nvml == "libnvidia-ml.so.1";
+    CHECK((answered || r.admission_nvml.rfind("unavailable: ", 0) == 0));
+    CHECK(answered == r.admission_process_bytes.has_value());
+  }
+  if (r.admission_process_bytes) {
+    CHECK(*r.admission_process_bytes > 0);  // a CUDA context at least
+    REQUIRE(r.admission_other_processes_bytes);
+    // NVML and the driver are asked one after the other: what other processes hold is the taken
+    // memory that NVML does not give this process.
+    CHECK(*r.admission_process_bytes + *r.admission_other_processes_bytes >= taken);
+  } else {
+    CHECK_FALSE(r.admission_other_processes_bytes);
+  }
+}
+
 #if CUSCOPE_TEST_SIMULATED
 
 namespace {
