@@ -51,8 +51,9 @@ add_test(NAME bench.compile_cost
              ${system_includes} --quick --json ${json})
 set_tests_properties(bench.compile_cost PROPERTIES LABELS "bench" TIMEOUT 120)
 
-# cuscope's allocation paths beside CCCL's resource_ref, under callgrind (RMM needs a download, which
-# CI does not make: --no-rmm; benchmarks/peers/host_cost.py without it adds RMM).
+# cuscope's allocation paths beside CCCL's resource_ref, under callgrind, on the simulated device and
+# the no-op runtime (RMM and CCCL 3.5 need a download, which CI does not make: --no-rmm --no-cccl35;
+# benchmarks/peers/host_cost.py without them adds them).
 if(TARGET cuscope_sim_runtime AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   set(json ${cuscope_bench_out}/host_cost.json)
   list(GET CUDAToolkit_INCLUDE_DIRS 0 cuda_include)
@@ -60,7 +61,7 @@ if(TARGET cuscope_sim_runtime AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     COMMAND ${CMAKE_COMMAND} -DJSON=${json} -P ${CMAKE_CURRENT_SOURCE_DIR}/run_and_check.cmake
             -- ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/peers/host_cost.py
                --cxx ${CMAKE_CXX_COMPILER} --sim-lib $<TARGET_FILE:cuscope_sim_runtime>
-               --cuda-include ${cuda_include} --no-rmm --quick --json ${json})
+               --cuda-include ${cuda_include} --no-rmm --no-cccl35 --quick --json ${json})
   set_tests_properties(bench.host_cost PROPERTIES
     LABELS "bench" TIMEOUT 300 SKIP_REGULAR_EXPRESSION "SKIPPED:")
 endif()
