@@ -61,6 +61,8 @@ COUNTERPART = {
     "rmm_statistics_buffer": "session",
     "rmm_tracking_buffer": "session",
     "cccl_minimal_ref": "pool_resource_ref",
+    "thrust_minimal": "thrust_allocator",
+    "rmm_thrust_allocator": "thrust_allocator",
 }
 # For each two-thread configuration, the one-thread path it is compared with.
 ONE_THREAD = {
@@ -80,6 +82,7 @@ TARGETS = {
     "session_own_ns": 10.0,          # own time per make_buffer pair, no-op runtime
     "shared_session_ratio": 1.5,     # two threads sharing a session against one thread
     "resource_own_ratio": 1.5,       # pool_resource behind a ref against a minimal resource
+    "thrust_own_ratio": 1.5,         # thrust_allocator against a minimal Thrust allocator
 }
 TEXT_COLUMNS = ("function", "what", "added vs cuscope", "configuration", "compared with")
 
@@ -391,7 +394,7 @@ def write_png(doc, path):
         values = [b[1] for b in bars][::-1]
         targets = [b[2] for b in bars][::-1]
         y = list(range(len(bars)))
-        peer = lambda n: n.startswith(("rmm", "cccl"))
+        peer = lambda n: n.startswith(("rmm", "cccl", "thrust_minimal"))
         if kind == "ratio":
             ax.set_xscale("log")
             ax.axvline(1.0, color="black", linewidth=0.8)
@@ -566,8 +569,9 @@ def main():
         base = by.get((r["build"], COUNTERPART.get(r["function"])))
         if base is not None:
             r["compared_with"] = base["label"]
-            r["added_ratio"] = r["added_noop"] / base["added_noop"] if base["added_noop"] > 0 \
-                else None
+            # A path that adds nothing (or less than the raw loop's own) has no ratio.
+            r["added_ratio"] = r["added_noop"] / base["added_noop"] \
+                if base["added_noop"] > 0 and r["added_noop"] > 0 else None
         one = by.get((r["build"], ONE_THREAD.get(r["function"])))
         if one is not None:
             r["one_thread"] = one["label"]
@@ -631,7 +635,9 @@ def main():
         "doing the same job: RMM's view resource against memory_pool, RMM's device_buffer "
         "against device_buffer, RMM's device_buffer through an accounting adaptor against "
         "session::make_buffer, CCCL's resource_ref over a minimal resource against the same ref "
-        "over cuscope's pool_resource.",
+        "over cuscope's pool_resource, RMM's and a minimal Thrust allocator against cuscope's "
+        "thrust_allocator (Thrust's CPP device system: the allocators' own code is the same as "
+        "with CUDA's).",
         "Times: medians of %d rounds in which every function runs once, in a rotating order, "
         "± the interquartile range over the median, on a machine that may be loaded: secondary "
         "to the instruction counts. The simulated device's times include the simulation; the "
@@ -687,6 +693,11 @@ def main():
             goal("own time per pair, %s / %s (no-op runtime)" % (ref["label"], minimal["label"]),
                  ref["own_ns"] / minimal["own_ns"], "x", TARGETS["resource_own_ratio"],
                  "%+.1f ns against %+.1f ns" % (ref["own_ns"], minimal["own_ns"]))
+    ta, tm = by.get((0, "thrust_allocator")), by.get((0, "thrust_minimal"))
+    if ta and tm and ta["own_ns"] > 0 and tm["own_ns"] > 0:
+        goal("own time per pair, thrust_allocator / thrust_minimal (no-op runtime)",
+             ta["own_ns"] / tm["own_ns"], "x", TARGETS["thrust_own_ratio"],
+             "%+.1f ns against %+.1f ns" % (ta["own_ns"], tm["own_ns"]))
     for h in headline:
         log("headline: %s: %.2f%s%s" % (h["name"], h["value"], h["unit"] if h["unit"] == "x"
                                         else " " + h["unit"],

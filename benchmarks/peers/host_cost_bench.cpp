@@ -21,6 +21,10 @@
 // CCCL 3.0 names the stream-ordered members allocate_async/deallocate_async and the reference
 // async_resource_ref; CCCL 3.1+ names them allocate/deallocate (stream first) and resource_ref.
 // The same source builds against both; RMM 25.04 needs CCCL 3.0.
+// Thrust's CPP device system: thrust.hpp and RMM's thrust_allocator build with the plain C++
+// compiler, and nothing here touches elements (pool memory is device memory).
+#define THRUST_DEVICE_SYSTEM THRUST_DEVICE_SYSTEM_CPP
+
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -33,6 +37,7 @@
 #include <cuscope/cuscope.hpp>
 #include <cuscope/memory_resource.hpp>
 #include <cuscope/sim.hpp>
+#include <cuscope/thrust.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +57,7 @@
 #  include <rmm/device_buffer.hpp>
 #  include <rmm/mr/device/cuda_async_view_memory_resource.hpp>
 #  include <rmm/mr/device/statistics_resource_adaptor.hpp>
+#  include <rmm/mr/device/thrust_allocator_adaptor.hpp>
 #  include <rmm/mr/device/tracking_resource_adaptor.hpp>
 #endif
 
@@ -129,6 +135,23 @@ struct minimal_resource {
     return a.pool != b.pool;
   }
   friend void get_property(const minimal_resource&, ::cuda::mr::device_accessible) noexcept {}
+};
+
+// The least a Thrust allocator over a pool can be: a pool, a stream, the raw calls and the same
+// error check as the raw loop.
+template <class T>
+struct minimal_thrust_allocator {
+  using value_type = T;
+  using pointer = thrust::device_ptr<T>;
+  cudaMemPool_t pool;
+  cudaStream_t stream;
+
+  pointer allocate(std::size_t n) {
+    void* p = nullptr;
+    raw_check(cudaMallocFromPoolAsync(&p, n * sizeof(T), pool, stream), "cudaMallocFromPoolAsync");
+    return pointer(static_cast<T*>(p));
+  }
+  void deallocate(pointer p, std::size_t) noexcept { (void)cudaFreeAsync(p.get(), stream); }
 };
 
 #if HOST_COST_CCCL_31
@@ -227,6 +250,26 @@ HOST_COST_MEASURED void host_cost_cccl_minimal_ref_pairs(async_ref r, ::cuda::st
   ref_pairs(r, stream, bytes, pairs);
 }
 
+// A Thrust allocator's pair, once per allocator type (callgrind counts each function by its name).
+template <class Allocator>
+inline __attribute__((always_inline)) void thrust_pairs(Allocator& a, std::size_t bytes,
+                                                        std::size_t pairs) {
+  for (std::size_t i = 0; i < pairs; ++i) {
+    auto p = a.allocate(bytes);
+    a.deallocate(p, bytes);
+  }
+}
+
+HOST_COST_MEASURED void host_cost_thrust_allocator_pairs(cuscope::thrust_allocator<std::byte>& a,
+                                                         std::size_t bytes, std::size_t pairs) {
+  thrust_pairs(a, bytes, pairs);
+}
+
+HOST_COST_MEASURED void host_cost_thrust_minimal_pairs(minimal_thrust_allocator<std::byte>& a,
+                                                       std::size_t bytes, std::size_t pairs) {
+  thrust_pairs(a, bytes, pairs);
+}
+
 // What each of two threads runs, one function per configuration so that callgrind counts each by
 // its name (in both threads). The raw loop on two threads shows how far the machine runs two
 // threads at once at all.
@@ -315,6 +358,11 @@ HOST_COST_MEASURED void host_cost_rmm_buffer_pairs(rmm::device_async_resource_re
   rmm_buffer_pairs(mr, stream, bytes, pairs);
 }
 
+HOST_COST_MEASURED void host_cost_rmm_thrust_allocator_pairs(
+    rmm::mr::thrust_allocator<std::byte>& a, std::size_t bytes, std::size_t pairs) {
+  thrust_pairs(a, bytes, pairs);
+}
+
 HOST_COST_MEASURED void host_cost_rmm_statistics_buffer_pairs(rmm::device_async_resource_ref mr,
                                                               rmm::cuda_stream_view stream,
                                                               std::size_t bytes,
@@ -352,6 +400,8 @@ const std::vector<function_info>& functions() {
     {"session_resource_ref", "cuscope pool_resource(session) behind async_resource_ref", 1},
     {"cccl_minimal_ref", "CCCL async_resource_ref over a minimal pool resource", 1},
 #endif
+    {"thrust_allocator", "cuscope thrust_allocator<std::byte>::allocate + deallocate", 1},
+    {"thrust_minimal", "a minimal Thrust allocator over a pool (device_ptr, raw calls)", 1},
     {"two_raw", "2 threads, the raw loop, each on its own pool", 2},
     {"two_private_pools", "2 threads, device_buffer, each on its own memory_pool", 2},
     {"two_shared_pool", "2 threads, device_buffer, one memory_pool", 2},
@@ -360,6 +410,7 @@ const std::vector<function_info>& functions() {
 #if CUSCOPE_PEER_RMM
     {"rmm_resource", "RMM cuda_async_view_memory_resource::allocate + deallocate", 1},
     {"rmm_buffer", "RMM device_buffer on cuda_async_view_memory_resource", 1},
+    {"rmm_thrust_allocator", "RMM mr::thrust_allocator<std::byte> on the view resource", 1},
     {"rmm_statistics_buffer", "RMM device_buffer through statistics_resource_adaptor", 1},
     {"rmm_tracking_buffer", "RMM device_buffer through tracking_resource_adaptor", 1},
 #endif
@@ -384,6 +435,8 @@ struct fixture {
       {thread_pools[1], thread_streams[1], "host cost, thread 1"}};
   cuscope::memory_pool shared_pool;
   cuscope::session shared_session{shared_pool, stream, "host cost, shared"};
+  cuscope::thrust_allocator<std::byte> thrust_alloc{stream, pool};
+  minimal_thrust_allocator<std::byte> thrust_minimal{pool.get(), stream.get()};
   std::size_t bytes = 256;
 #if CUSCOPE_PEER_RMM
   rmm::mr::cuda_async_view_memory_resource rmm_view{pool.get()};
@@ -391,6 +444,7 @@ struct fixture {
       &rmm_view};
   rmm::mr::tracking_resource_adaptor<rmm::mr::cuda_async_view_memory_resource> rmm_tracking{
       &rmm_view};
+  rmm::mr::thrust_allocator<std::byte> rmm_thrust{rmm::cuda_stream_view(stream.get()), &rmm_view};
 #endif
 
   // Runs f; returns the nanoseconds it measured itself (the two-thread functions), or 0.
@@ -412,6 +466,10 @@ struct fixture {
       host_cost_session_resource_ref_pairs(async_ref(session_resource), s, bytes, pairs);
     } else if (f == "cccl_minimal_ref") {
       host_cost_cccl_minimal_ref_pairs(async_ref(minimal), s, bytes, pairs);
+    } else if (f == "thrust_allocator") {
+      host_cost_thrust_allocator_pairs(thrust_alloc, bytes, pairs);
+    } else if (f == "thrust_minimal") {
+      host_cost_thrust_minimal_pairs(thrust_minimal, bytes, pairs);
     } else if (f == "two_raw") {
       return on_two_threads([&](int t) {
         host_cost_two_raw_pairs(thread_pools[t].get(), thread_streams[t].get(), bytes, pairs);
@@ -442,6 +500,8 @@ struct fixture {
       host_cost_rmm_resource_pairs(rmm_view, rmm::cuda_stream_view(stream.get()), bytes, pairs);
     } else if (f == "rmm_buffer") {
       host_cost_rmm_buffer_pairs(&rmm_view, rmm::cuda_stream_view(stream.get()), bytes, pairs);
+    } else if (f == "rmm_thrust_allocator") {
+      host_cost_rmm_thrust_allocator_pairs(rmm_thrust, bytes, pairs);
     } else if (f == "rmm_statistics_buffer") {
       host_cost_rmm_statistics_buffer_pairs(&rmm_statistics, rmm::cuda_stream_view(stream.get()),
                                             bytes, pairs);
