@@ -24,7 +24,9 @@ async_resource_ref; CCCL 3.5 from PyPI's nvidia-cuda-cccl 13.3.5.0.6: resource_r
 names) over cuscope's pool_resource and over a minimal pool resource; RMM 25.04 (the last release
 whose C++ library is header-only: librmm-cu12 25.4.0 from PyPI, with the compiled rapids-logger it
 needs, rapids-logger 0.1.19) with cuda_async_view_memory_resource, device_buffer, and the
-statistics and tracking adaptors as the equivalent of a session's accounting. RMM and CCCL 3.5
+statistics and tracking adaptors as the equivalent of a session's accounting; cuscope's
+thrust_allocator beside RMM's mr::thrust_allocator and a minimal Thrust allocator (Thrust's CPP
+device system, so that the plain C++ compiler builds them). RMM and CCCL 3.5
 are downloaded with pip into --cache (CCCL 3.5 is taken from scripts/toolchains.sh's cache when it
 is there) unless --rmm / --cccl35 name unpacked copies; offline, or with --no-rmm / --no-cccl35,
 their rows are skipped with a message.
