@@ -175,6 +175,27 @@ TEST_CASE("misuse: a session refuses to deallocate memory it did not hand out", 
   CHECK(r.leaked_bytes == 0);
 }
 
+TEST_CASE(
+    "misuse: memory from session::allocate freed by the pool stays counted, and is named as a "
+    "leak",
+    "[misuse]") {
+  device_guard device;
+  memory_pool pool;
+  cuscope::stream s;
+  cuscope::session_options o;
+  o.name = "request";
+  o.on_leak = cuscope::leak_policy::ignore;
+  cuscope::session session(pool, s, o);
+  void* p = session.allocate(s, 8192, "scratch");
+  pool.deallocate(s, p, 8192);  // the session is not told: CUDA cannot say the pointer is free
+  const cuscope::session_report& r = session.finish();
+  CHECK(r.leaked_allocations == 1);
+  REQUIRE(r.leaks.size() == 1);
+  CHECK(r.leaks[0].tag == "scratch");
+  CHECK(r.leaks[0].bytes == 8192);
+  CHECK(r.frees == 0);
+}
+
 namespace {
 
 struct oom_state {

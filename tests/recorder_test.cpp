@@ -86,6 +86,55 @@ TEST_CASE("recorder: a full ring drops the oldest events and counts them", "[rec
   }
 }
 
+TEST_CASE("recorder: allocations and frees that overwrite a sample read no value or device free",
+          "[recorder]") {
+  device_guard device;
+  memory_pool pool;
+  recorder r(small(2));
+  r.record_trim(0, pool.get(), 5 * MiB);  // slot 0: a value
+  r.sample(0, pool.get());                // slot 1: a value and the device's free memory
+  r.record_allocate(0, pool.get(), nullptr, fake_ptr(1), 256);
+  r.record_free(0, pool.get(), nullptr, fake_ptr(1), 256);
+  const std::vector<memory_event> ev = r.events();
+  REQUIRE(ev.size() == 2);
+  CHECK(ev[0].kind == memory_event_kind::allocate);
+  CHECK(ev[1].kind == memory_event_kind::free);
+  for (const memory_event& e : ev) {
+    CHECK(e.value == 0);
+    CHECK(e.device_free == 0);
+    CHECK(e.bytes == 256);
+  }
+}
+
+TEST_CASE("recorder: allocations and frees sample the pool once the sample interval has passed",
+          "[recorder]") {
+  device_guard device;
+  memory_pool pool;
+  cuscope::stream s;
+  recorder_options o = small(64);
+  SECTION("an interval of 0 samples after every allocation and free") {
+    o.sample_interval = std::chrono::nanoseconds(0);
+    recorder r(o);
+    r.record_allocate(0, pool.get(), s.get(), fake_ptr(1), 256);
+    r.record_free(0, pool.get(), s.get(), fake_ptr(1), 256);
+    r.record_allocate(0, pool.get(), s.get(), fake_ptr(2), 512);
+    const std::vector<memory_event> ev = r.events();
+    REQUIRE(ev.size() == 6);
+    for (std::size_t i = 0; i < ev.size(); i += 2)
+      CHECK(ev[i + 1].kind == memory_event_kind::sample);
+    CHECK(ev[0].kind == memory_event_kind::allocate);
+    CHECK(ev[2].kind == memory_event_kind::free);
+    CHECK(ev[4].kind == memory_event_kind::allocate);
+  }
+  SECTION("an hour's interval takes none in a test") {
+    recorder r(o);
+    for (std::uintptr_t i = 0; i < 10; ++i)
+      r.record_allocate(0, pool.get(), s.get(), fake_ptr(i), 256);
+    for (const memory_event& e : r.events())
+      CHECK(e.kind == memory_event_kind::allocate);
+  }
+}
+
 TEST_CASE("recorder: the capacity is rounded up to a power of two and must not be 0",
           "[recorder]") {
   CHECK(recorder(small(5)).capacity() == 8);

@@ -238,7 +238,7 @@ class device_allocation {
     // cudaFreeAsync is ordered by the stream, whatever device is current; only a default stream
     // handle needs the pool's device to name the stream the memory was used on.
     if (detail::free_async_nothrow(data_, stream_, device_, bytes_) && detail::any_pool_recorded())
-      detail::notify_free({}, device_, pool_, stream_, data_, bytes_);
+      detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
   }
 
   // The counted half of the constructor, out of line: bytes (not 0) from pool on stream_,
@@ -247,7 +247,7 @@ class device_allocation {
                                                 detail::ledger* accounting, const char* tag,
                                                 call_site site, alloc_policy policy) {
     const bool charged = accounting->charge(bytes);
-    const detail::record_target target = accounting->recording();
+    const detail::record_target& target = accounting->recording();
     void* p = nullptr;
     try {
       p = pool.allocate_recorded(stream_ref(stream_), bytes, policy, target);
@@ -273,9 +273,10 @@ class device_allocation {
 
   CUSCOPE_DETAIL_NOINLINE void free_counted() noexcept {
     if (detail::free_async_nothrow(data_, stream_, device_, bytes_)) {
-      const detail::record_target target = ledger_->recording();
-      if (detail::may_record(target))
-        detail::record_free(target, device_, pool_, stream_, data_, bytes_);
+      if (detail::recorder_hook* h = ledger_->hook())
+        h->record_free(device_, pool_, stream_, data_, bytes_);
+      else if (detail::any_pool_recorded())
+        detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
       ledger_->discharge(bytes_, slot_);
     } else {
       // Still allocated: the session goes on counting it, and names it as a leak.

@@ -365,8 +365,11 @@ class pool_base {
     void* p = nullptr;
     const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
     if (status == cudaSuccess) {
-      if (detail::may_record(target))
+      // Both out of line: this path is inlined wherever memory is allocated.
+      if (target.hook != nullptr)
         detail::notify_allocate(target, self().device_, self().handle_, stream.get(), p, bytes);
+      else if (detail::any_pool_recorded())
+        detail::notify_pool_allocate(self().device_, self().handle_, stream.get(), p, bytes);
       return p;
     }
     return allocate_failed(stream, bytes, status, policy, target);
@@ -382,8 +385,7 @@ class pool_base {
     void* p = nullptr;
     const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
     if (status == cudaSuccess) {
-      if (detail::may_record(target))
-        detail::record_allocate(target, self().device_, self().handle_, stream.get(), p, bytes);
+      detail::record_allocate(target, self().device_, self().handle_, stream.get(), p, bytes);
       return p;
     }
     return allocate_failed(stream, bytes, status, policy, target);
@@ -401,7 +403,7 @@ class pool_base {
       if (status != cudaSuccess) free_failed(status, ptr, bytes, stream);
     }
     if (detail::any_pool_recorded())
-      detail::notify_free({}, self().device_, self().handle_, stream.get(), ptr, bytes);
+      detail::notify_pool_free(self().device_, self().handle_, stream.get(), ptr, bytes);
   }
 
   /// @brief "pool 0x... on device 0" (or "the default pool of device 0"), for messages.

@@ -127,8 +127,8 @@ class recorder final : public detail::recorder_hook {
     for (std::size_t i = 0; i < cap; ++i)
       slots_[i].seq.store(0, std::memory_order_relaxed);
     interval_ns_ = options.sample_interval.count() < 0 ? 0 : options.sample_interval.count();
-    last_sample_.store(start_ticks_, std::memory_order_relaxed);
     calibrate();
+    next_sample_.store(after(start_ticks_), std::memory_order_relaxed);
   }
   recorder(const recorder&) = delete;
   recorder& operator=(const recorder&) = delete;
@@ -333,11 +333,20 @@ class recorder final : public detail::recorder_hook {
   }
 
   // Out of line, so that recording an allocation or a free saves no registers for it.
-  CUSCOPE_DETAIL_NOINLINE void sample_at(std::uint64_t now, std::uint64_t last, int device,
+  CUSCOPE_DETAIL_NOINLINE void sample_at(std::uint64_t now, std::uint64_t next, int device,
                                          cudaMemPool_t pool) noexcept override {
-    if (!last_sample_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
+    // Taken by this thread: no other one samples until the next time is set.
+    if (!next_sample_.compare_exchange_strong(next, ~std::uint64_t{0}, std::memory_order_relaxed))
+      return;
     calibrate();
+    next_sample_.store(after(now), std::memory_order_relaxed);
     sample(device, pool);
+  }
+
+  // The time of the sample after one at ticks t (saturated: never, past the counter's range).
+  std::uint64_t after(std::uint64_t t) const noexcept {
+    const std::uint64_t interval = interval_ticks_.load(std::memory_order_relaxed);
+    return interval > ~std::uint64_t{0} - 1 - t ? ~std::uint64_t{0} - 1 : t + interval;
   }
 
   void put(std::uint64_t now, memory_event_kind kind, std::uint32_t scope, int device,
@@ -365,8 +374,10 @@ class recorder final : public detail::recorder_hook {
     e.stream = reinterpret_cast<cudaStream_t>(w[3]);
     e.ptr = reinterpret_cast<const void*>(w[4]);
     e.bytes = w[5];
-    e.value = w[6];
-    e.device_free = w[7];
+    // Allocations and frees leave these words as an earlier event wrote them.
+    const bool values = e.kind != memory_event_kind::allocate && e.kind != memory_event_kind::free;
+    e.value = values ? w[6] : 0;
+    e.device_free = values ? w[7] : 0;
     return true;
   }
 

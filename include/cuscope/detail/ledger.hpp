@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <sched.h>  // sched_yield
 
 #include <atomic>
 #include <cstddef>
@@ -47,16 +48,30 @@ struct named_record {
   std::string session;
 };
 
-/// A lock for a few instructions' worth of work on the allocation path.
+/// A lock for a few instructions' worth of work on the allocation path. A thread that finds it
+/// taken spins with the CPU's pause hint, and after a while yields its time slice, so that a
+/// holder descheduled on a busy machine gets to run (waiting out an allocation on another thread
+/// never costs a busy core).
 class spin_lock {
  public:
   void lock() noexcept {
-    while (flag_.test_and_set(std::memory_order_acquire)) {
-    }
+    if (flag_.test_and_set(std::memory_order_acquire)) contended();
   }
   void unlock() noexcept { flag_.clear(std::memory_order_release); }
 
  private:
+  CUSCOPE_DETAIL_NOINLINE void contended() noexcept {
+    for (unsigned spins = 0; flag_.test_and_set(std::memory_order_acquire); ++spins) {
+      if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        (void)sched_yield();
+      }
+    }
+  }
+
   std::atomic_flag flag_ = ATOMIC_FLAG_INIT;
 };
 
@@ -247,7 +262,9 @@ class ledger {
     recording_ = target;
     recording_.tally = &tally_;
   }
-  record_target recording() const noexcept { return recording_; }
+  const record_target& recording() const noexcept { return recording_; }
+  /// The recorder the session's allocations go to in place; nullptr for none.
+  recorder_hook* hook() const noexcept { return recording_.hook; }
 
   /// Whether memory was handed out or moved onto a stream neither the session's own nor listed.
   bool other_streams() const noexcept { return other_streams_.load(std::memory_order_relaxed); }

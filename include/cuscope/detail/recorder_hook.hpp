@@ -46,7 +46,7 @@ class recorder_hook {
                                                  std::size_t bytes,
                                                  std::uint32_t scope = 0) noexcept {
     const std::uint64_t now = ticks();
-    write(now, allocate_event, scope, device, pool, stream, ptr, bytes, 0, 0);
+    write<false>(now, allocate_event, scope, device, pool, stream, ptr, bytes, 0, 0);
     maybe_sample(now, device, pool);
   }
 
@@ -54,7 +54,7 @@ class recorder_hook {
   CUSCOPE_DETAIL_HOT_INLINE void record_free(int device, cudaMemPool_t pool, cudaStream_t stream,
                                              const void* ptr, std::size_t bytes) noexcept {
     const std::uint64_t now = ticks();
-    write(now, free_event, 0, device, pool, stream, ptr, bytes, 0, 0);
+    write<false>(now, free_event, 0, device, pool, stream, ptr, bytes, 0, 0);
     maybe_sample(now, device, pool);
   }
 
@@ -97,6 +97,9 @@ class recorder_hook {
     return reinterpret_cast<std::uintptr_t>(p);
   }
 
+  // Values: whether the event's value and device_free words are written; allocations and frees
+  // leave them as they were, and the reader takes them as 0 for those kinds.
+  template <bool Values = true>
   CUSCOPE_DETAIL_HOT_INLINE void write(std::uint64_t now, std::uint64_t kind, std::uint32_t scope,
                                        int device, cudaMemPool_t pool, cudaStream_t stream,
                                        const void* ptr, std::size_t bytes, std::size_t value,
@@ -125,28 +128,29 @@ class recorder_hook {
     s.w[3].store(bits(stream), std::memory_order_relaxed);
     s.w[4].store(bits(ptr), std::memory_order_relaxed);
     s.w[5].store(bytes, std::memory_order_relaxed);
-    s.w[6].store(value, std::memory_order_relaxed);
-    s.w[7].store(device_free, std::memory_order_relaxed);
+    if constexpr (Values) {
+      s.w[6].store(value, std::memory_order_relaxed);
+      s.w[7].store(device_free, std::memory_order_relaxed);
+    }
     s.seq.store(2 * i + 2, std::memory_order_release);
   }
 
-  /// Samples the pool and the device at now, unless another thread did since last (called when
-  /// sample_interval has passed; out of line in the recorder).
-  virtual void sample_at(std::uint64_t now, std::uint64_t last, int device,
+  /// Samples the pool and the device at now, unless another thread took the sample due at next
+  /// (called once now has reached next; out of line in the recorder).
+  virtual void sample_at(std::uint64_t now, std::uint64_t next, int device,
                          cudaMemPool_t pool) noexcept = 0;
 
   slot* slots_ = nullptr;  // the ring, owned by the recorder
   std::size_t mask_ = 0;
   clock_fn clock_;
   alignas(64) std::atomic<std::uint64_t> head_{0};
-  alignas(64) std::atomic<std::uint64_t> last_sample_{0};
+  alignas(64) std::atomic<std::uint64_t> next_sample_{0};  // ticks; ~0 while one is taken
   mutable std::atomic<std::uint64_t> interval_ticks_{0};
 
  private:
   void maybe_sample(std::uint64_t now, int device, cudaMemPool_t pool) noexcept {
-    const std::uint64_t last = last_sample_.load(std::memory_order_relaxed);
-    if (now - last >= interval_ticks_.load(std::memory_order_relaxed))
-      sample_at(now, last, device, pool);
+    const std::uint64_t next = next_sample_.load(std::memory_order_relaxed);
+    if (now >= next) sample_at(now, next, device, pool);
   }
 };
 
@@ -234,7 +238,7 @@ inline recorder_hook* hook_for(cudaMemPool_t pool, record_target target) noexcep
   return target.hook != nullptr ? target.hook : hook_for(pool);
 }
 
-// Out of line, so that the hot paths keep only the test of may_record().
+// Out of line, so that the hot paths keep only the tests of record_allocate and record_free.
 
 CUSCOPE_DETAIL_NOINLINE inline void notify_allocate(record_target target, int device,
                                                     cudaMemPool_t pool, cudaStream_t stream,
@@ -249,6 +253,19 @@ CUSCOPE_DETAIL_NOINLINE inline void notify_free(record_target target, int device
   if (recorder_hook* h = hook_for(pool, target)) h->record_free(device, pool, stream, ptr, bytes);
 }
 
+/// Records an allocation or a free of memory no session counts into the recorder attached to
+/// pool, if any (the caller has seen any_pool_recorded()).
+CUSCOPE_DETAIL_NOINLINE inline void notify_pool_allocate(int device, cudaMemPool_t pool,
+                                                         cudaStream_t stream, const void* ptr,
+                                                         std::size_t bytes) noexcept {
+  if (recorder_hook* h = find_hook(pool)) h->record_allocate(device, pool, stream, ptr, bytes);
+}
+CUSCOPE_DETAIL_NOINLINE inline void notify_pool_free(int device, cudaMemPool_t pool,
+                                                     cudaStream_t stream, const void* ptr,
+                                                     std::size_t bytes) noexcept {
+  if (recorder_hook* h = find_hook(pool)) h->record_free(device, pool, stream, ptr, bytes);
+}
+
 /// Records an allocation into target: into its session's recorder in place, else into the one
 /// attached to pool, looked up out of line. What the hot paths call.
 CUSCOPE_DETAIL_HOT_INLINE inline void record_allocate(record_target target, int device,
@@ -257,7 +274,7 @@ CUSCOPE_DETAIL_HOT_INLINE inline void record_allocate(record_target target, int 
   if (target.hook != nullptr)
     target.hook->record_allocate(device, pool, stream, ptr, bytes, target.scope);
   else if (any_pool_recorded())
-    notify_allocate({}, device, pool, stream, ptr, bytes);
+    notify_pool_allocate(device, pool, stream, ptr, bytes);
 }
 
 /// Records a free into target, as record_allocate(target, ...) does.
@@ -267,7 +284,7 @@ CUSCOPE_DETAIL_HOT_INLINE inline void record_free(record_target target, int devi
   if (target.hook != nullptr)
     target.hook->record_free(device, pool, stream, ptr, bytes);
   else if (any_pool_recorded())
-    notify_free({}, device, pool, stream, ptr, bytes);
+    notify_pool_free(device, pool, stream, ptr, bytes);
 }
 
 // Empties the entries that match; called with the lock held.
