@@ -256,20 +256,10 @@ class pool_base {
   }
 
   /// @brief Current and peak reserved and used bytes.
-  [[nodiscard]] pool_stats stats() const {
-    pool_stats s;
-    s.reserved_bytes = get_u64(cudaMemPoolAttrReservedMemCurrent);
-    s.reserved_high_bytes = get_u64(cudaMemPoolAttrReservedMemHigh);
-    s.used_bytes = get_u64(cudaMemPoolAttrUsedMemCurrent);
-    s.used_high_bytes = get_u64(cudaMemPoolAttrUsedMemHigh);
-    return s;
-  }
+  [[nodiscard]] pool_stats stats() const;
 
   /// @brief Starts the peaks of stats() again from the current values.
-  void reset_peaks() const {
-    set_u64(cudaMemPoolAttrReservedMemHigh, 0);
-    set_u64(cudaMemPoolAttrUsedMemHigh, 0);
-  }
+  void reset_peaks() const;
 
   /// @brief Reserved memory kept across synchronizations (cudaMemPoolAttrReleaseThreshold).
   [[nodiscard]] std::size_t release_threshold() const {
@@ -278,69 +268,29 @@ class pool_base {
 
   /// @brief Sets the reserved memory kept across synchronizations; pool_options::keep_all keeps
   /// everything.
-  void set_release_threshold(std::size_t bytes) const {
-    set_u64(cudaMemPoolAttrReleaseThreshold, bytes);
-    if (detail::recorder_hook* h = detail::hook_for(self().handle_))
-      h->on_threshold(self().device_, self().handle_, bytes);
-  }
+  void set_release_threshold(std::size_t bytes) const;
 
   /// @brief The cross-stream reuse policy.
-  [[nodiscard]] reuse_policy reuse() const {
-    reuse_policy r;
-    r.follow_event_dependencies = get_flag(cudaMemPoolReuseFollowEventDependencies);
-    r.allow_opportunistic = get_flag(cudaMemPoolReuseAllowOpportunistic);
-    r.allow_internal_dependencies = get_flag(cudaMemPoolReuseAllowInternalDependencies);
-    return r;
-  }
+  [[nodiscard]] reuse_policy reuse() const;
 
   /// @brief Sets the cross-stream reuse policy.
-  void set_reuse(const reuse_policy& r) const {
-    set_flag(cudaMemPoolReuseFollowEventDependencies, r.follow_event_dependencies);
-    set_flag(cudaMemPoolReuseAllowOpportunistic, r.allow_opportunistic);
-    set_flag(cudaMemPoolReuseAllowInternalDependencies, r.allow_internal_dependencies);
-  }
+  void set_reuse(const reuse_policy& r) const;
 
   /// @brief Gives device access to the pool's memory (cudaMemPoolSetAccess); access_flags::none
   /// takes it back. A device pool's own device always has read-write access; a device pool on
   /// another device needs peer access between the two (cudaDeviceCanAccessPeer).
   /// @throws std::invalid_argument for an invalid device; cuda_error when CUDA refuses.
-  void set_access(int device, access_flags flags) const {
-    detail::check_device(device, "cuscope::memory_pool::set_access");
-    cudaMemAccessDesc d{};
-    d.location.type = cudaMemLocationTypeDevice;
-    d.location.id = device;
-    d.flags = flags == access_flags::read_write ? cudaMemAccessFlagsProtReadWrite
-              : flags == access_flags::read     ? cudaMemAccessFlagsProtRead
-                                                : cudaMemAccessFlagsProtNone;
-    CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolSetAccess(checked_handle(), &d, 1),
-                           describe() + ", access from device " + std::to_string(device));
-  }
+  void set_access(int device, access_flags flags) const;
 
   /// @brief The access device has to the pool's memory (cudaMemPoolGetAccess).
   /// @throws std::invalid_argument for an invalid device; cuda_error.
-  [[nodiscard]] access_flags access(int device) const {
-    detail::check_device(device, "cuscope::memory_pool::access");
-    cudaMemLocation location{};
-    location.type = cudaMemLocationTypeDevice;
-    location.id = device;
-    cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone;
-    CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolGetAccess(&flags, checked_handle(), &location),
-                           describe() + ", access from device " + std::to_string(device));
-    return flags == cudaMemAccessFlagsProtReadWrite ? access_flags::read_write
-           : flags == cudaMemAccessFlagsProtRead    ? access_flags::read
-                                                    : access_flags::none;
-  }
+  [[nodiscard]] access_flags access(int device) const;
 
   /// @brief Releases unused reserved memory to the driver, keeping at least bytes reserved.
   ///
   /// Memory whose free has not completed cannot be released: synchronize the streams that freed
   /// it first (a session does both).
-  void trim_to(std::size_t bytes) const {
-    const cudaError_t status = cudaMemPoolTrimTo(checked_handle(), bytes);
-    if (status != cudaSuccess) failed(status, "cudaMemPoolTrimTo(handle, bytes)");
-    if (detail::recorder_hook* h = detail::hook_for(self().handle_))
-      h->on_trim(self().device_, self().handle_, bytes);
-  }
+  void trim_to(std::size_t bytes) const;
 
   /// @brief Allocates bytes from the pool, usable in stream order after this call. Enqueued on
   /// stream (a default stream handle names the default stream of the pool's device); does not
@@ -394,37 +344,10 @@ class pool_base {
   /// @brief Frees memory from allocate() in stream order: later work on stream may reuse it.
   /// Enqueued on stream (a default stream handle names the default stream of the pool's device);
   /// does not synchronize. bytes is what was allocated (unused by CUDA).
-  void deallocate(stream_ref stream, void* ptr, std::size_t bytes) const {
-    if (ptr == nullptr) return;
-    if (detail::is_default_stream(stream.get())) {
-      deallocate_on_device(stream, ptr, bytes);
-    } else {
-      const cudaError_t status = cudaFreeAsync(ptr, stream.get());
-      if (status != cudaSuccess) free_failed(status, ptr, bytes, stream);
-    }
-    if (detail::any_pool_recorded())
-      detail::notify_pool_free(self().device_, self().handle_, stream.get(), ptr, bytes);
-  }
+  void deallocate(stream_ref stream, void* ptr, std::size_t bytes) const;
 
   /// @brief "pool 0x... on device 0" (or "the default pool of device 0"), for messages.
-  [[nodiscard]] std::string describe() const {
-    const Derived& d = self();
-    if (d.handle_ == nullptr) return "empty memory_pool";
-    cudaMemPool_t default_pool = nullptr;
-    // Clears only the error it made: a caller's pending one stays for cudaGetLastError.
-    if (cudaDeviceGetDefaultMemPool(&default_pool, d.device_) != cudaSuccess)
-      (void)cudaGetLastError();
-    else if (default_pool == d.handle_)
-      return "the default pool of device " + std::to_string(d.device_);
-    std::string name;
-    try {
-      name = pool_directory::get().find(d.handle_).first;
-    } catch (const std::bad_alloc&) {  // the message goes without the name
-    }
-    return (name.empty() ? "pool " : "pool '" + name + "' ") +
-           format_pointer(static_cast<const void*>(d.handle_)) + " on device " +
-           std::to_string(d.device_);
-  }
+  [[nodiscard]] std::string describe() const;
 
  protected:
   pool_base() = default;
@@ -432,53 +355,23 @@ class pool_base {
  private:
   const Derived& self() const noexcept { return static_cast<const Derived&>(*this); }
 
-  cudaMemPool_t checked_handle() const {
-    const cudaMemPool_t h = self().handle_;
-    if (h == nullptr) empty_pool();
-    return h;
-  }
+  cudaMemPool_t checked_handle() const;
 
   [[noreturn]] CUSCOPE_DETAIL_COLD static void empty_pool() {
     throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
   }
 
-  std::size_t get_u64(cudaMemPoolAttr attr) const {
-    std::uint64_t value = 0;
-    const cudaError_t status = cudaMemPoolGetAttribute(checked_handle(), attr, &value);
-    if (status != cudaSuccess) failed(status, "cudaMemPoolGetAttribute(handle, attr, &value)");
-    return value;
-  }
+  std::size_t get_u64(cudaMemPoolAttr attr) const;
 
-  void set_u64(cudaMemPoolAttr attr, std::size_t bytes) const {
-    std::uint64_t value = bytes;
-    const cudaError_t status = cudaMemPoolSetAttribute(checked_handle(), attr, &value);
-    if (status != cudaSuccess) failed(status, "cudaMemPoolSetAttribute(handle, attr, &value)");
-  }
+  void set_u64(cudaMemPoolAttr attr, std::size_t bytes) const;
 
-  bool get_flag(cudaMemPoolAttr attr) const {
-    int value = 0;
-    const cudaError_t status = cudaMemPoolGetAttribute(checked_handle(), attr, &value);
-    if (status != cudaSuccess) failed(status, "cudaMemPoolGetAttribute(handle, attr, &value)");
-    return value != 0;
-  }
+  bool get_flag(cudaMemPoolAttr attr) const;
 
-  void set_flag(cudaMemPoolAttr attr, bool on) const {
-    int value = on ? 1 : 0;
-    const cudaError_t status = cudaMemPoolSetAttribute(checked_handle(), attr, &value);
-    if (status != cudaSuccess) failed(status, "cudaMemPoolSetAttribute(handle, attr, &value)");
-  }
+  void set_flag(cudaMemPoolAttr attr, bool on) const;
 
   // Throws for a failed deallocate, naming the misuses CUDA refuses that way.
   [[noreturn]] CUSCOPE_DETAIL_COLD void free_failed(cudaError_t status, const void* ptr,
-                                                    std::size_t bytes, stream_ref stream) const {
-    std::string object = describe() + ", " + format_pointer(ptr) + " (" + format_bytes(bytes) +
-                         ") on " + stream.describe();
-    if (status == cudaErrorInvalidValue)
-      object +=
-          ": CUDA does not know it as the start of a live allocation (freed twice, owned "
-          "by two objects, or not the address an allocation returned)";
-    throw_cuda_error(status, "cudaFreeAsync(ptr, stream)", __FILE__, __LINE__, object);
-  }
+                                                    std::size_t bytes, stream_ref stream) const;
 
   // Throws cuda_error for a call on the pool that failed with status, saying so when the
   // handle is one of a memory_pool that was destroyed (a reference, buffer or session outlived
@@ -487,142 +380,26 @@ class pool_base {
     throw_cuda_error(status, call, __FILE__, __LINE__, describe() + destroyed_note(status));
   }
 
-  CUSCOPE_DETAIL_COLD std::string destroyed_note(cudaError_t status) const {
-    if (status != cudaErrorInvalidValue && status != cudaErrorInvalidResourceHandle) return {};
-    try {
-      if (pool_directory::get().find(self().handle_).second)
-        return " (a memory_pool with this handle was destroyed: a memory_pool_ref, buffer or "
-               "session was used after its pool)";
-    } catch (const std::bad_alloc&) {  // the message goes without the diagnosis
-    }
-    return {};
-  }
+  CUSCOPE_DETAIL_COLD std::string destroyed_note(cudaError_t status) const;
 
   // allocate() on a default stream, with the pool's device current.
   CUSCOPE_DETAIL_NOINLINE void* allocate_on_device(stream_ref stream, std::size_t bytes,
                                                    alloc_policy policy,
-                                                   detail::record_target target) const {
-    const stream_device_guard on(stream.get(), self().device_);
-    void* p = nullptr;
-    const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
-    if (status == cudaSuccess) {
-      if (detail::may_record(target))
-        detail::notify_allocate(target, self().device_, self().handle_, stream.get(), p, bytes);
-      return p;
-    }
-    return allocate_failed(stream, bytes, status, policy, target);
-  }
+                                                   detail::record_target target) const;
 
   // The free of deallocate() on a default stream, with the pool's device current.
   CUSCOPE_DETAIL_NOINLINE void deallocate_on_device(stream_ref stream, void* ptr,
-                                                    std::size_t bytes) const {
-    const stream_device_guard on(stream.get(), self().device_);
-    const cudaError_t status = cudaFreeAsync(ptr, stream.get());
-    if (status != cudaSuccess) free_failed(status, ptr, bytes, stream);
-  }
+                                                    std::size_t bytes) const;
 
   // The cold half of allocate(): the retry policy asks for, then the exception.
   CUSCOPE_DETAIL_COLD void* allocate_failed(stream_ref stream, std::size_t bytes,
                                             cudaError_t status, alloc_policy policy,
-                                            detail::record_target target) const {
-    (void)cudaGetLastError();
-    detail::recorder_hook* const rec = detail::hook_for(self().handle_, target);
-    // A synchronization during a stream capture would invalidate it: no retry there.
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    const bool capturing = cudaStreamIsCapturing(stream.get(), &capture) != cudaSuccess ||
-                           capture != cudaStreamCaptureStatusNone;
-    (void)cudaGetLastError();
-    if (status == cudaErrorMemoryAllocation && policy == alloc_policy::retry_after_trim &&
-        !capturing) {
-      if (rec != nullptr) rec->on_retry(self().device_, self().handle_, stream.get(), bytes);
-      detail::alloc_tally::retried(target);
-      // Frees still in flight on any stream become reusable once they complete, and trimming
-      // returns what is unused so that a large request can be backed by one fresh block.
-      {
-        scoped_device on(self().device_);
-        CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), describe());
-      }
-      trim_to(0);
-      void* p = nullptr;
-      status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
-      if (status == cudaSuccess) {
-        if (rec != nullptr)
-          rec->record_allocate(self().device_, self().handle_, stream.get(), p, bytes,
-                               target.scope);
-        return p;
-      }
-      (void)cudaGetLastError();
-    }
-    if (rec != nullptr && status == cudaErrorMemoryAllocation)
-      rec->on_out_of_memory(self().device_, self().handle_, stream.get(), bytes, target.scope);
-    if (status == cudaErrorMemoryAllocation) {
-      out_of_memory_info info{self().handle_, self().device_, stream.get(), bytes, 1, nullptr};
-      while (status == cudaErrorMemoryAllocation && ask_oom_handler(info)) {
-        detail::alloc_tally::retried(target);
-        void* p = nullptr;
-        status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
-        if (status == cudaSuccess) {
-          if (rec != nullptr)
-            rec->record_allocate(self().device_, self().handle_, stream.get(), p, bytes,
-                                 target.scope);
-          return p;
-        }
-        (void)cudaGetLastError();
-        ++info.attempt;
-      }
-    }
-    if (status == cudaErrorMemoryAllocation)
-      throw out_of_memory(bytes, oom_message(bytes) +
-                                     " (cudaMallocFromPoolAsync failed with "
-                                     "cudaErrorMemoryAllocation)");
-    throw_cuda_error(status, "cudaMallocFromPoolAsync", __FILE__, __LINE__,
-                     describe() + ", " + format_bytes(bytes) + " on " + stream.describe() +
-                         destroyed_note(status));
-  }
+                                            detail::record_target target) const;
 
   // Whether the out-of-memory handler (if any) asks for another try.
-  static bool ask_oom_handler(out_of_memory_info& info) noexcept {
-    const out_of_memory_handler handler =
-        detail::with_oom_slot([&](detail::oom_handler_slot& slot) {
-          info.user = slot.user;
-          return slot.handler;
-        });
-    return handler != nullptr && handler(info);
-  }
+  static bool ask_oom_handler(out_of_memory_info& info) noexcept;
 
-  CUSCOPE_DETAIL_COLD std::string oom_message(std::size_t bytes) const {
-    const Derived& d = self();
-    std::string m = "cuscope: out of memory: " + format_bytes(bytes) + " (" +
-                    std::to_string(bytes) + " bytes) requested from " + describe();
-    std::uint64_t reserved = 0;
-    std::uint64_t used = 0;
-    if (cudaMemPoolGetAttribute(d.handle_, cudaMemPoolAttrReservedMemCurrent, &reserved) ==
-            cudaSuccess &&
-        cudaMemPoolGetAttribute(d.handle_, cudaMemPoolAttrUsedMemCurrent, &used) == cudaSuccess) {
-      m += ", which holds " + format_bytes(reserved) + " reserved (" + format_bytes(used) +
-           " in use)";
-    }
-    (void)cudaGetLastError();
-    if (const std::size_t limit = d.max_bytes(); limit != 0) {
-      m += " under a limit of " + format_bytes(limit);
-      if (bytes > limit)
-        m += ", less than the request";
-      else if (used <= limit - bytes)
-        // Within the limit by its bytes: refused by the pool's blocks, which the limit bounds.
-        m += "; the request fits the limit by its bytes, but a pool reserves memory in blocks "
-             "(of 32 MiB on current GPUs) and an allocation must fit in one: the reserve not in "
-             "use is in pieces too small for it, and a new block would pass the limit";
-    }
-    std::size_t free_bytes = 0;
-    std::size_t total = 0;
-    {
-      const device_switch_nothrow on(d.device_);
-      if (on.ok() && cudaMemGetInfo(&free_bytes, &total) == cudaSuccess)
-        m += "; the device has " + format_bytes(free_bytes) + " free of " + format_bytes(total);
-    }
-    (void)cudaGetLastError();
-    return m;
-  }
+  CUSCOPE_DETAIL_COLD std::string oom_message(std::size_t bytes) const;
 };
 
 }  // namespace detail
@@ -699,43 +476,12 @@ class memory_pool : public detail::pool_base<memory_pool> {
   /// @brief Creates a pool with options, on options.device (the current device by default).
   /// @throws std::invalid_argument for an invalid device or inconsistent options;
   /// out_of_memory when initial_bytes cannot be reserved; cuda_error when CUDA fails.
-  explicit memory_pool(const pool_options& options = {}) : max_bytes_(options.max_bytes) {
-    device_ = options.device == -1 ? current_device() : options.device;
-    detail::check_device(device_, "cuscope::memory_pool");
-    validate(options);
-    cudaMemPoolProps props{};
-    props.allocType = cudaMemAllocationTypePinned;
-    props.location.type = cudaMemLocationTypeDevice;
-    props.location.id = device_;
-#if CUSCOPE_HAS_POOL_MAX_SIZE
-    props.maxSize = options.max_bytes;
-#endif
-    props.handleTypes = export_handle_type(options.export_handle, device_);
-    CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolCreate(&handle_, &props),
-                           "new memory_pool on device " + std::to_string(device_));
-    if (max_bytes_ != 0) max_bytes_ = detail::enforced_max_bytes(handle_, max_bytes_);
-    try {
-      detail::pool_directory::get().made(handle_, device_, options.name);
-      set_release_threshold(options.release_threshold_bytes);
-      set_reuse(options.reuse);
-      for (const int peer : options.access_from)
-        if (peer != device_) set_access(peer, access_flags::read_write);
-      if (options.initial_bytes != 0) reserve(options.initial_bytes);
-    } catch (...) {
-      destroy();
-      throw;
-    }
-  }
+  explicit memory_pool(const pool_options& options = {});
 
   /// @brief Takes ownership of handle, a pool created on device (with max_bytes as its limit,
   /// when it has one).
   [[nodiscard]] static memory_pool adopt(cudaMemPool_t handle, int device,
-                                         std::size_t max_bytes = 0) {
-    if (handle == nullptr) throw std::invalid_argument("cuscope::memory_pool::adopt: null handle");
-    detail::pool_directory::get().made(handle, device, {});
-    memory_pool p(handle, device, max_bytes);
-    return p;
-  }
+                                         std::size_t max_bytes = 0);
 
   memory_pool(const memory_pool&) = delete;
   memory_pool& operator=(const memory_pool&) = delete;
@@ -748,51 +494,27 @@ class memory_pool : public detail::pool_base<memory_pool> {
         recorded_(std::exchange(other.recorded_, false)) {}
 
   /// @brief Destroys this pool and takes other's; other is left empty.
-  memory_pool& operator=(memory_pool&& other) noexcept {
-    if (this != &other) {
-      destroy();
-      handle_ = std::exchange(other.handle_, nullptr);
-      device_ = other.device_;
-      max_bytes_ = other.max_bytes_;
-      recorded_ = std::exchange(other.recorded_, false);
-    }
-    return *this;
-  }
+  memory_pool& operator=(memory_pool&& other) noexcept;
 
   /// @brief Destroys the pool; never throws.
-  ~memory_pool() {
-    destroy();
-  }
+  ~memory_pool() { destroy(); }
 
   /// @brief The raw handle; nullptr when empty.
-  [[nodiscard]] cudaMemPool_t get() const noexcept {
-    return handle_;
-  }
+  [[nodiscard]] cudaMemPool_t get() const noexcept { return handle_; }
   /// @brief True after a move or release().
-  [[nodiscard]] bool empty() const noexcept {
-    return handle_ == nullptr;
-  }
+  [[nodiscard]] bool empty() const noexcept { return handle_ == nullptr; }
   /// @brief Gives up ownership: the caller destroys the returned pool. Leaves this empty. The
   /// pool is no longer recorded.
-  [[nodiscard]] cudaMemPool_t release() noexcept {
-    stop_recording();
-    return std::exchange(handle_, nullptr);
-  }
+  [[nodiscard]] cudaMemPool_t release() noexcept;
 
   /// @brief The hard limit on reserved memory; 0 for none. The limit the driver enforces where it
   /// says so (CUDA 13.2 drivers and newer round pool_options::max_bytes up), else the limit asked
   /// for. Read once at construction.
-  [[nodiscard]] std::size_t max_bytes() const noexcept {
-    return max_bytes_;
-  }
+  [[nodiscard]] std::size_t max_bytes() const noexcept { return max_bytes_; }
 
   /// @brief A non-owning reference: this pool's handle and device.
   /// @throws std::logic_error when empty.
-  [[nodiscard]] memory_pool_ref ref() const& {
-    if (handle_ == nullptr)
-      throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
-    return memory_pool_ref(handle_, device_);
-  }
+  [[nodiscard]] memory_pool_ref ref() const&;
 
   /// @brief Records this pool's allocations, frees, trims, threshold changes and errors into r
   /// from now on, through this object, every reference to the pool and every allocation from it,
@@ -800,28 +522,13 @@ class memory_pool : public detail::pool_base<memory_pool> {
   /// recording by itself; no thread may be using the pool then.
   /// @throws std::logic_error when the pool is empty; std::bad_alloc.
   template <class Recorder, std::enable_if_t<std::is_same_v<Recorder, recorder>, int> = 0>
-  void set_recorder(Recorder* r, const std::string& name = {}) {
-    if (r == nullptr) {
-      set_recorder(nullptr);
-      return;
-    }
-    if (handle_ == nullptr)
-      throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
-    if (!name.empty()) r->name_pool(handle_, name);
-    detail::attach_hook(handle_, static_cast<detail::recorder_hook*>(r));
-    recorded_ = true;
-    r->sample(device_, handle_);
-  }
+  void set_recorder(Recorder* r, const std::string& name = {});
   /// @brief Stops recording the pool.
-  void set_recorder(std::nullptr_t) noexcept {
-    stop_recording();
-  }
+  void set_recorder(std::nullptr_t) noexcept { stop_recording(); }
   /// @brief Deleted: a reference to a temporary pool would outlive the pool.
   memory_pool_ref ref() && = delete;
   /// @brief A non-owning reference; see ref().
-  operator memory_pool_ref() const& {
-    return ref();
-  }  // NOLINT: implicit
+  operator memory_pool_ref() const& { return ref(); }  // NOLINT: implicit
   /// @brief Deleted: a reference to a temporary pool would outlive the pool.
   operator memory_pool_ref() && = delete;
 
@@ -832,88 +539,17 @@ class memory_pool : public detail::pool_base<memory_pool> {
       : handle_(handle), device_(device), max_bytes_(max_bytes) {}
 
   // The handle type of export, once the device is known to support it.
-  static cudaMemAllocationHandleType export_handle_type(pool_export e, int device) {
-    cudaMemAllocationHandleType type = cudaMemHandleTypeNone;
-    const char* name = "";
-    switch (e) {
-      case pool_export::none:
-        return cudaMemHandleTypeNone;
-      case pool_export::posix_file_descriptor:
-        type = cudaMemHandleTypePosixFileDescriptor;
-        name = "POSIX file descriptors";
-        break;
-      case pool_export::fabric:
-#if CUDART_VERSION >= 12030
-        type = cudaMemHandleTypeFabric;
-        name = "fabric handles";
-        break;
-#else
-        throw std::invalid_argument(
-            "cuscope::memory_pool: pool_export::fabric needs CUDA 12.3 headers or newer");
-#endif
-    }
-    int supported = 0;
-    CUSCOPE_DETAIL_TRY_FOR(
-        cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolSupportedHandleTypes, device),
-        "device " + std::to_string(device));
-    if ((static_cast<unsigned>(supported) & static_cast<unsigned>(type)) == 0)
-      throw std::invalid_argument(
-          "cuscope::memory_pool: device " + std::to_string(device) +
-          " cannot export pools through " + name +
-          " (cudaDevAttrMemoryPoolSupportedHandleTypes = " + std::to_string(supported) + ")");
-    return type;
-  }
+  static cudaMemAllocationHandleType export_handle_type(pool_export e, int device);
 
-  static void validate(const pool_options& o) {
-#if !CUSCOPE_HAS_POOL_MAX_SIZE
-    if (o.max_bytes != 0)
-      throw std::invalid_argument("cuscope::memory_pool: max_bytes needs CUDA 12.2 or newer");
-#endif
-    if (o.max_bytes != 0 && o.initial_bytes > o.max_bytes)
-      throw std::invalid_argument("cuscope::memory_pool: initial_bytes (" +
-                                  std::to_string(o.initial_bytes) + ") exceeds max_bytes (" +
-                                  std::to_string(o.max_bytes) + ")");
-    if (o.initial_bytes > o.release_threshold_bytes)
-      throw std::invalid_argument(
-          "cuscope::memory_pool: initial_bytes (" + std::to_string(o.initial_bytes) +
-          ") exceeds release_threshold_bytes (" + std::to_string(o.release_threshold_bytes) +
-          "): the reserve would be released at the first synchronization");
-  }
+  static void validate(const pool_options& o);
 
   // Backs bytes with memory now: allocate and free on the calling thread's default stream and
   // wait, which leaves the memory reserved within the release threshold.
-  void reserve(std::size_t bytes) {
-    const stream_ref s = stream_ref::per_thread();
-    scoped_device on(device_);
-    void* p = allocate(s, bytes);
-    // Not deallocate(): with the device current already, nothing may fail between the two.
-    const cudaError_t status = cudaFreeAsync(p, s.get());
-    if (status != cudaSuccess) {
-      (void)cudaGetLastError();
-      // Never freed, the reserve would keep the pool, destroyed as the constructor unwinds, alive
-      // for good. cudaFree frees stream-ordered memory at once, once its allocation has run; a
-      // failure of that too goes to the cleanup handler with the bytes held.
-      const char* what = "cuscope::memory_pool: its initial reserve";
-      if (CUSCOPE_DETAIL_CLEANUP_BYTES(cudaStreamSynchronize(s.get()), what, p, bytes))
-        (void)CUSCOPE_DETAIL_CLEANUP_BYTES(cudaFree(p), what, p, bytes);
-      CUSCOPE_DETAIL_CHECK_FOR(status, "cudaFreeAsync(p, s.get())", describe());
-    }
-    s.synchronize();
-  }
+  void reserve(std::size_t bytes);
 
-  void stop_recording() noexcept {
-    if (recorded_ && handle_ != nullptr) detail::detach_pool(handle_);
-    recorded_ = false;
-  }
+  void stop_recording() noexcept;
 
-  void destroy() noexcept {
-    // Before the handle can be reused by a new pool.
-    stop_recording();
-    if (handle_ != nullptr &&
-        CUSCOPE_DETAIL_CLEANUP(cudaMemPoolDestroy(handle_), "cuscope::memory_pool", handle_))
-      detail::pool_directory::get().destroyed(handle_, device_);
-    handle_ = nullptr;
-  }
+  void destroy() noexcept;
 
   cudaMemPool_t handle_ = nullptr;
   int device_ = 0;
@@ -922,5 +558,460 @@ class memory_pool : public detail::pool_base<memory_pool> {
 };
 
 }  // namespace cuscope
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+namespace cuscope::detail {
+
+template <class Derived>
+pool_stats pool_base<Derived>::stats() const {
+  pool_stats s;
+  s.reserved_bytes = get_u64(cudaMemPoolAttrReservedMemCurrent);
+  s.reserved_high_bytes = get_u64(cudaMemPoolAttrReservedMemHigh);
+  s.used_bytes = get_u64(cudaMemPoolAttrUsedMemCurrent);
+  s.used_high_bytes = get_u64(cudaMemPoolAttrUsedMemHigh);
+  return s;
+}
+
+template <class Derived>
+void pool_base<Derived>::reset_peaks() const {
+  set_u64(cudaMemPoolAttrReservedMemHigh, 0);
+  set_u64(cudaMemPoolAttrUsedMemHigh, 0);
+}
+
+template <class Derived>
+void pool_base<Derived>::set_release_threshold(std::size_t bytes) const {
+  set_u64(cudaMemPoolAttrReleaseThreshold, bytes);
+  if (detail::recorder_hook* h = detail::hook_for(self().handle_))
+    h->on_threshold(self().device_, self().handle_, bytes);
+}
+
+template <class Derived>
+reuse_policy pool_base<Derived>::reuse() const {
+  reuse_policy r;
+  r.follow_event_dependencies = get_flag(cudaMemPoolReuseFollowEventDependencies);
+  r.allow_opportunistic = get_flag(cudaMemPoolReuseAllowOpportunistic);
+  r.allow_internal_dependencies = get_flag(cudaMemPoolReuseAllowInternalDependencies);
+  return r;
+}
+
+template <class Derived>
+void pool_base<Derived>::set_reuse(const reuse_policy& r) const {
+  set_flag(cudaMemPoolReuseFollowEventDependencies, r.follow_event_dependencies);
+  set_flag(cudaMemPoolReuseAllowOpportunistic, r.allow_opportunistic);
+  set_flag(cudaMemPoolReuseAllowInternalDependencies, r.allow_internal_dependencies);
+}
+
+template <class Derived>
+void pool_base<Derived>::set_access(int device, access_flags flags) const {
+  detail::check_device(device, "cuscope::memory_pool::set_access");
+  cudaMemAccessDesc d{};
+  d.location.type = cudaMemLocationTypeDevice;
+  d.location.id = device;
+  d.flags = flags == access_flags::read_write ? cudaMemAccessFlagsProtReadWrite
+            : flags == access_flags::read     ? cudaMemAccessFlagsProtRead
+                                              : cudaMemAccessFlagsProtNone;
+  CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolSetAccess(checked_handle(), &d, 1),
+                         describe() + ", access from device " + std::to_string(device));
+}
+
+template <class Derived>
+access_flags pool_base<Derived>::access(int device) const {
+  detail::check_device(device, "cuscope::memory_pool::access");
+  cudaMemLocation location{};
+  location.type = cudaMemLocationTypeDevice;
+  location.id = device;
+  cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone;
+  CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolGetAccess(&flags, checked_handle(), &location),
+                         describe() + ", access from device " + std::to_string(device));
+  return flags == cudaMemAccessFlagsProtReadWrite ? access_flags::read_write
+         : flags == cudaMemAccessFlagsProtRead    ? access_flags::read
+                                                  : access_flags::none;
+}
+
+template <class Derived>
+void pool_base<Derived>::trim_to(std::size_t bytes) const {
+  const cudaError_t status = cudaMemPoolTrimTo(checked_handle(), bytes);
+  if (status != cudaSuccess) failed(status, "cudaMemPoolTrimTo(handle, bytes)");
+  if (detail::recorder_hook* h = detail::hook_for(self().handle_))
+    h->on_trim(self().device_, self().handle_, bytes);
+}
+
+template <class Derived>
+void pool_base<Derived>::deallocate(stream_ref stream, void* ptr, std::size_t bytes) const {
+  if (ptr == nullptr) return;
+  if (detail::is_default_stream(stream.get())) {
+    deallocate_on_device(stream, ptr, bytes);
+  } else {
+    const cudaError_t status = cudaFreeAsync(ptr, stream.get());
+    if (status != cudaSuccess) free_failed(status, ptr, bytes, stream);
+  }
+  if (detail::any_pool_recorded())
+    detail::notify_pool_free(self().device_, self().handle_, stream.get(), ptr, bytes);
+}
+
+template <class Derived>
+std::string pool_base<Derived>::describe() const {
+  const Derived& d = self();
+  if (d.handle_ == nullptr) return "empty memory_pool";
+  cudaMemPool_t default_pool = nullptr;
+  // Clears only the error it made: a caller's pending one stays for cudaGetLastError.
+  if (cudaDeviceGetDefaultMemPool(&default_pool, d.device_) != cudaSuccess)
+    (void)cudaGetLastError();
+  else if (default_pool == d.handle_)
+    return "the default pool of device " + std::to_string(d.device_);
+  std::string name;
+  try {
+    name = pool_directory::get().find(d.handle_).first;
+  } catch (const std::bad_alloc&) {  // the message goes without the name
+  }
+  return (name.empty() ? "pool " : "pool '" + name + "' ") +
+         format_pointer(static_cast<const void*>(d.handle_)) + " on device " +
+         std::to_string(d.device_);
+}
+
+template <class Derived>
+cudaMemPool_t pool_base<Derived>::checked_handle() const {
+  const cudaMemPool_t h = self().handle_;
+  if (h == nullptr) empty_pool();
+  return h;
+}
+
+template <class Derived>
+std::size_t pool_base<Derived>::get_u64(cudaMemPoolAttr attr) const {
+  std::uint64_t value = 0;
+  const cudaError_t status = cudaMemPoolGetAttribute(checked_handle(), attr, &value);
+  if (status != cudaSuccess) failed(status, "cudaMemPoolGetAttribute(handle, attr, &value)");
+  return value;
+}
+
+template <class Derived>
+void pool_base<Derived>::set_u64(cudaMemPoolAttr attr, std::size_t bytes) const {
+  std::uint64_t value = bytes;
+  const cudaError_t status = cudaMemPoolSetAttribute(checked_handle(), attr, &value);
+  if (status != cudaSuccess) failed(status, "cudaMemPoolSetAttribute(handle, attr, &value)");
+}
+
+template <class Derived>
+bool pool_base<Derived>::get_flag(cudaMemPoolAttr attr) const {
+  int value = 0;
+  const cudaError_t status = cudaMemPoolGetAttribute(checked_handle(), attr, &value);
+  if (status != cudaSuccess) failed(status, "cudaMemPoolGetAttribute(handle, attr, &value)");
+  return value != 0;
+}
+
+template <class Derived>
+void pool_base<Derived>::set_flag(cudaMemPoolAttr attr, bool on) const {
+  int value = on ? 1 : 0;
+  const cudaError_t status = cudaMemPoolSetAttribute(checked_handle(), attr, &value);
+  if (status != cudaSuccess) failed(status, "cudaMemPoolSetAttribute(handle, attr, &value)");
+}
+
+template <class Derived>
+void pool_base<Derived>::free_failed(cudaError_t status, const void* ptr, std::size_t bytes,
+                                     stream_ref stream) const {
+  std::string object = describe() + ", " + format_pointer(ptr) + " (" + format_bytes(bytes) +
+                       ") on " + stream.describe();
+  if (status == cudaErrorInvalidValue)
+    object +=
+        ": CUDA does not know it as the start of a live allocation (freed twice, owned "
+        "by two objects, or not the address an allocation returned)";
+  throw_cuda_error(status, "cudaFreeAsync(ptr, stream)", __FILE__, __LINE__, object);
+}
+
+template <class Derived>
+std::string pool_base<Derived>::destroyed_note(cudaError_t status) const {
+  if (status != cudaErrorInvalidValue && status != cudaErrorInvalidResourceHandle) return {};
+  try {
+    if (pool_directory::get().find(self().handle_).second)
+      return " (a memory_pool with this handle was destroyed: a memory_pool_ref, buffer or "
+             "session was used after its pool)";
+  } catch (const std::bad_alloc&) {  // the message goes without the diagnosis
+  }
+  return {};
+}
+
+template <class Derived>
+void* pool_base<Derived>::allocate_on_device(stream_ref stream, std::size_t bytes,
+                                             alloc_policy policy,
+                                             detail::record_target target) const {
+  const stream_device_guard on(stream.get(), self().device_);
+  void* p = nullptr;
+  const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
+  if (status == cudaSuccess) {
+    if (detail::may_record(target))
+      detail::notify_allocate(target, self().device_, self().handle_, stream.get(), p, bytes);
+    return p;
+  }
+  return allocate_failed(stream, bytes, status, policy, target);
+}
+
+template <class Derived>
+void pool_base<Derived>::deallocate_on_device(stream_ref stream, void* ptr,
+                                              std::size_t bytes) const {
+  const stream_device_guard on(stream.get(), self().device_);
+  const cudaError_t status = cudaFreeAsync(ptr, stream.get());
+  if (status != cudaSuccess) free_failed(status, ptr, bytes, stream);
+}
+
+template <class Derived>
+void* pool_base<Derived>::allocate_failed(stream_ref stream, std::size_t bytes, cudaError_t status,
+                                          alloc_policy policy, detail::record_target target) const {
+  (void)cudaGetLastError();
+  detail::recorder_hook* const rec = detail::hook_for(self().handle_, target);
+  // A synchronization during a stream capture would invalidate it: no retry there.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  const bool capturing = cudaStreamIsCapturing(stream.get(), &capture) != cudaSuccess ||
+                         capture != cudaStreamCaptureStatusNone;
+  (void)cudaGetLastError();
+  if (status == cudaErrorMemoryAllocation && policy == alloc_policy::retry_after_trim &&
+      !capturing) {
+    if (rec != nullptr) rec->on_retry(self().device_, self().handle_, stream.get(), bytes);
+    detail::alloc_tally::retried(target);
+    // Frees still in flight on any stream become reusable once they complete, and trimming
+    // returns what is unused so that a large request can be backed by one fresh block.
+    {
+      scoped_device on(self().device_);
+      CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), describe());
+    }
+    trim_to(0);
+    void* p = nullptr;
+    status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
+    if (status == cudaSuccess) {
+      if (rec != nullptr)
+        rec->record_allocate(self().device_, self().handle_, stream.get(), p, bytes, target.scope);
+      return p;
+    }
+    (void)cudaGetLastError();
+  }
+  if (rec != nullptr && status == cudaErrorMemoryAllocation)
+    rec->on_out_of_memory(self().device_, self().handle_, stream.get(), bytes, target.scope);
+  if (status == cudaErrorMemoryAllocation) {
+    out_of_memory_info info{self().handle_, self().device_, stream.get(), bytes, 1, nullptr};
+    while (status == cudaErrorMemoryAllocation && ask_oom_handler(info)) {
+      detail::alloc_tally::retried(target);
+      void* p = nullptr;
+      status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
+      if (status == cudaSuccess) {
+        if (rec != nullptr)
+          rec->record_allocate(self().device_, self().handle_, stream.get(), p, bytes,
+                               target.scope);
+        return p;
+      }
+      (void)cudaGetLastError();
+      ++info.attempt;
+    }
+  }
+  if (status == cudaErrorMemoryAllocation)
+    throw out_of_memory(bytes, oom_message(bytes) +
+                                   " (cudaMallocFromPoolAsync failed with "
+                                   "cudaErrorMemoryAllocation)");
+  throw_cuda_error(status, "cudaMallocFromPoolAsync", __FILE__, __LINE__,
+                   describe() + ", " + format_bytes(bytes) + " on " + stream.describe() +
+                       destroyed_note(status));
+}
+
+template <class Derived>
+bool pool_base<Derived>::ask_oom_handler(out_of_memory_info& info) noexcept {
+  const out_of_memory_handler handler = detail::with_oom_slot([&](detail::oom_handler_slot& slot) {
+    info.user = slot.user;
+    return slot.handler;
+  });
+  return handler != nullptr && handler(info);
+}
+
+template <class Derived>
+std::string pool_base<Derived>::oom_message(std::size_t bytes) const {
+  const Derived& d = self();
+  std::string m = "cuscope: out of memory: " + format_bytes(bytes) + " (" + std::to_string(bytes) +
+                  " bytes) requested from " + describe();
+  std::uint64_t reserved = 0;
+  std::uint64_t used = 0;
+  if (cudaMemPoolGetAttribute(d.handle_, cudaMemPoolAttrReservedMemCurrent, &reserved) ==
+          cudaSuccess &&
+      cudaMemPoolGetAttribute(d.handle_, cudaMemPoolAttrUsedMemCurrent, &used) == cudaSuccess) {
+    m +=
+        ", which holds " + format_bytes(reserved) + " reserved (" + format_bytes(used) + " in use)";
+  }
+  (void)cudaGetLastError();
+  if (const std::size_t limit = d.max_bytes(); limit != 0) {
+    m += " under a limit of " + format_bytes(limit);
+    if (bytes > limit)
+      m += ", less than the request";
+    else if (used <= limit - bytes)
+      // Within the limit by its bytes: refused by the pool's blocks, which the limit bounds.
+      m += "; the request fits the limit by its bytes, but a pool reserves memory in blocks "
+           "(of 32 MiB on current GPUs) and an allocation must fit in one: the reserve not in "
+           "use is in pieces too small for it, and a new block would pass the limit";
+  }
+  std::size_t free_bytes = 0;
+  std::size_t total = 0;
+  {
+    const device_switch_nothrow on(d.device_);
+    if (on.ok() && cudaMemGetInfo(&free_bytes, &total) == cudaSuccess)
+      m += "; the device has " + format_bytes(free_bytes) + " free of " + format_bytes(total);
+  }
+  (void)cudaGetLastError();
+  return m;
+}
+
+}  // namespace cuscope::detail
+#endif  // CUSCOPE_DETAIL_HOST_CODE
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+namespace cuscope {
+
+inline memory_pool::memory_pool(const pool_options& options) : max_bytes_(options.max_bytes) {
+  device_ = options.device == -1 ? current_device() : options.device;
+  detail::check_device(device_, "cuscope::memory_pool");
+  validate(options);
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device_;
+#  if CUSCOPE_HAS_POOL_MAX_SIZE
+  props.maxSize = options.max_bytes;
+#  endif
+  props.handleTypes = export_handle_type(options.export_handle, device_);
+  CUSCOPE_DETAIL_TRY_FOR(cudaMemPoolCreate(&handle_, &props),
+                         "new memory_pool on device " + std::to_string(device_));
+  if (max_bytes_ != 0) max_bytes_ = detail::enforced_max_bytes(handle_, max_bytes_);
+  try {
+    detail::pool_directory::get().made(handle_, device_, options.name);
+    set_release_threshold(options.release_threshold_bytes);
+    set_reuse(options.reuse);
+    for (const int peer : options.access_from)
+      if (peer != device_) set_access(peer, access_flags::read_write);
+    if (options.initial_bytes != 0) reserve(options.initial_bytes);
+  } catch (...) {
+    destroy();
+    throw;
+  }
+}
+
+inline memory_pool memory_pool::adopt(cudaMemPool_t handle, int device, std::size_t max_bytes) {
+  if (handle == nullptr) throw std::invalid_argument("cuscope::memory_pool::adopt: null handle");
+  detail::pool_directory::get().made(handle, device, {});
+  memory_pool p(handle, device, max_bytes);
+  return p;
+}
+
+inline memory_pool& memory_pool::operator=(memory_pool&& other) noexcept {
+  if (this != &other) {
+    destroy();
+    handle_ = std::exchange(other.handle_, nullptr);
+    device_ = other.device_;
+    max_bytes_ = other.max_bytes_;
+    recorded_ = std::exchange(other.recorded_, false);
+  }
+  return *this;
+}
+
+inline cudaMemPool_t memory_pool::release() noexcept {
+  stop_recording();
+  return std::exchange(handle_, nullptr);
+}
+
+inline memory_pool_ref memory_pool::ref() const& {
+  if (handle_ == nullptr)
+    throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
+  return memory_pool_ref(handle_, device_);
+}
+
+template <class Recorder, std::enable_if_t<std::is_same_v<Recorder, recorder>, int>>
+void memory_pool::set_recorder(Recorder* r, const std::string& name) {
+  if (r == nullptr) {
+    set_recorder(nullptr);
+    return;
+  }
+  if (handle_ == nullptr)
+    throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
+  if (!name.empty()) r->name_pool(handle_, name);
+  detail::attach_hook(handle_, static_cast<detail::recorder_hook*>(r));
+  recorded_ = true;
+  r->sample(device_, handle_);
+}
+
+inline cudaMemAllocationHandleType memory_pool::export_handle_type(pool_export e, int device) {
+  cudaMemAllocationHandleType type = cudaMemHandleTypeNone;
+  const char* name = "";
+  switch (e) {
+    case pool_export::none:
+      return cudaMemHandleTypeNone;
+    case pool_export::posix_file_descriptor:
+      type = cudaMemHandleTypePosixFileDescriptor;
+      name = "POSIX file descriptors";
+      break;
+    case pool_export::fabric:
+#  if CUDART_VERSION >= 12030
+      type = cudaMemHandleTypeFabric;
+      name = "fabric handles";
+      break;
+#  else
+      throw std::invalid_argument(
+          "cuscope::memory_pool: pool_export::fabric needs CUDA 12.3 headers or newer");
+#  endif
+  }
+  int supported = 0;
+  CUSCOPE_DETAIL_TRY_FOR(
+      cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolSupportedHandleTypes, device),
+      "device " + std::to_string(device));
+  if ((static_cast<unsigned>(supported) & static_cast<unsigned>(type)) == 0)
+    throw std::invalid_argument(
+        "cuscope::memory_pool: device " + std::to_string(device) + " cannot export pools through " +
+        name + " (cudaDevAttrMemoryPoolSupportedHandleTypes = " + std::to_string(supported) + ")");
+  return type;
+}
+
+inline void memory_pool::validate(const pool_options& o) {
+#  if !CUSCOPE_HAS_POOL_MAX_SIZE
+  if (o.max_bytes != 0)
+    throw std::invalid_argument("cuscope::memory_pool: max_bytes needs CUDA 12.2 or newer");
+#  endif
+  if (o.max_bytes != 0 && o.initial_bytes > o.max_bytes)
+    throw std::invalid_argument("cuscope::memory_pool: initial_bytes (" +
+                                std::to_string(o.initial_bytes) + ") exceeds max_bytes (" +
+                                std::to_string(o.max_bytes) + ")");
+  if (o.initial_bytes > o.release_threshold_bytes)
+    throw std::invalid_argument(
+        "cuscope::memory_pool: initial_bytes (" + std::to_string(o.initial_bytes) +
+        ") exceeds release_threshold_bytes (" + std::to_string(o.release_threshold_bytes) +
+        "): the reserve would be released at the first synchronization");
+}
+
+inline void memory_pool::reserve(std::size_t bytes) {
+  const stream_ref s = stream_ref::per_thread();
+  scoped_device on(device_);
+  void* p = allocate(s, bytes);
+  // Not deallocate(): with the device current already, nothing may fail between the two.
+  const cudaError_t status = cudaFreeAsync(p, s.get());
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    // Never freed, the reserve would keep the pool, destroyed as the constructor unwinds, alive
+    // for good. cudaFree frees stream-ordered memory at once, once its allocation has run; a
+    // failure of that too goes to the cleanup handler with the bytes held.
+    const char* what = "cuscope::memory_pool: its initial reserve";
+    if (CUSCOPE_DETAIL_CLEANUP_BYTES(cudaStreamSynchronize(s.get()), what, p, bytes))
+      (void)CUSCOPE_DETAIL_CLEANUP_BYTES(cudaFree(p), what, p, bytes);
+    CUSCOPE_DETAIL_CHECK_FOR(status, "cudaFreeAsync(p, s.get())", describe());
+  }
+  s.synchronize();
+}
+
+inline void memory_pool::stop_recording() noexcept {
+  if (recorded_ && handle_ != nullptr) detail::detach_pool(handle_);
+  recorded_ = false;
+}
+
+inline void memory_pool::destroy() noexcept {
+  // Before the handle can be reused by a new pool.
+  stop_recording();
+  if (handle_ != nullptr &&
+      CUSCOPE_DETAIL_CLEANUP(cudaMemPoolDestroy(handle_), "cuscope::memory_pool", handle_))
+    detail::pool_directory::get().destroyed(handle_, device_);
+  handle_ = nullptr;
+}
+
+}  // namespace cuscope
+#endif  // CUSCOPE_DETAIL_HOST_CODE
 
 #include "detail/pool_env.hpp"  // pool_options::from_env
