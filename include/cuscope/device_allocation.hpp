@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "detail/format.hpp"
-#include "detail/ledger.hpp"
+#include "detail/ledger_fwd.hpp"
 #include "error.hpp"
 #include "event.hpp"
 #include "memory_pool.hpp"
@@ -40,45 +40,17 @@ namespace detail {
 /// what a session's adaptors (Thrust allocators, memory resources) allocate through.
 /// Throws std::logic_error when the session has finished; out_of_memory.
 /// Named in a leak report by tag and site.
-inline void* accounted_allocate(const memory_pool_ref& pool, stream_ref stream, std::size_t bytes,
-                                ledger* accounting, const char* who, const char* tag = nullptr,
-                                const char* file = nullptr, unsigned line = 0,
-                                alloc_policy policy = alloc_policy::fail_fast) {
-  if (accounting == nullptr || bytes == 0) return pool.allocate(stream, bytes, policy);
-  if (accounting->closed()) allocate_after_finish(*accounting, who);
-  const bool charged = accounting->charge(bytes);
-  void* p = nullptr;
-  try {
-    p = pool.allocate(stream, bytes, policy, accounting->recording());
-    (void)accounting->enter(p, bytes, stream.get(), tag != nullptr ? tag : who, file, line,
-                            charged);
-  } catch (const out_of_memory& e) {
-    if (e.status() != cudaSuccess) accounting->refused(false);  // a budget counts its own
-    accounting->cancel(bytes, charged);
-    throw;
-  } catch (...) {
-    if (p != nullptr) (void)free_async_nothrow(p, stream.get(), pool.device(), bytes);
-    accounting->cancel(bytes, charged);
-    throw;
-  }
-  return p;
-}
+void* accounted_allocate(const memory_pool_ref& pool, stream_ref stream, std::size_t bytes,
+                         ledger* accounting, const char* who, const char* tag = nullptr,
+                         const char* file = nullptr, unsigned line = 0,
+                         alloc_policy policy = alloc_policy::fail_fast);
 
 /// Frees ptr, bytes from pool on device, in stream order on stream and records the free into the
 /// recorder of accounting's session, else the pool's; never throws. Does not discharge. Returns
 /// false where the free failed (reported through the cleanup channel): the memory is still
 /// allocated, nothing is recorded, and accounting's session goes on counting it.
-inline bool free_recorded_nothrow(void* ptr, std::size_t bytes, cudaStream_t stream,
-                                  cudaMemPool_t pool, int device, ledger* accounting) noexcept {
-  if (ptr == nullptr) return true;
-  if (!free_async_nothrow(ptr, stream, device, bytes)) {
-    if (accounting != nullptr) accounting->abandon();
-    return false;
-  }
-  const record_target target = accounting != nullptr ? accounting->recording() : record_target{};
-  if (may_record(target)) notify_free(target, device, pool, stream, ptr, bytes);
-  return true;
-}
+bool free_recorded_nothrow(void* ptr, std::size_t bytes, cudaStream_t stream, cudaMemPool_t pool,
+                           int device, ledger* accounting) noexcept;
 
 }  // namespace detail
 
@@ -179,11 +151,7 @@ class device_allocation {
 
   /// @brief Gives up ownership: the caller frees the returned pointer (on stream(), from
   /// pool()). Leaves this empty. An allocation a session counted is no longer counted by it.
-  [[nodiscard]] void* release() noexcept {
-    if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge(bytes_, slot_, false);
-    bytes_ = 0;
-    return std::exchange(data_, nullptr);
-  }
+  [[nodiscard]] void* release() noexcept;
 
   /// @brief The device pointer; nullptr when empty.
   [[nodiscard]] void* get() const noexcept { return data_; }
@@ -217,11 +185,7 @@ class device_allocation {
 
   /// @brief Makes stream the one the memory is freed on. The new stream waits, in stream order,
   /// for the work enqueued so far on the old one. Enqueued; does not synchronize.
-  void set_stream(stream_ref stream) {
-    if (data_ != nullptr) detail::order_after(stream, stream_ref(stream_), device_);
-    stream_ = stream.get();
-    if (ledger_ != nullptr) ledger_->moved_to(stream_, slot_);
-  }
+  void set_stream(stream_ref stream);
 
  private:
   CUSCOPE_DETAIL_HOT_INLINE void free() noexcept {
@@ -243,46 +207,10 @@ class device_allocation {
 
   // The counted half of the constructor, out of line: bytes (not 0) from pool on stream_,
   // counted by accounting (not nullptr).
-  CUSCOPE_DETAIL_NOINLINE void allocate_counted(const memory_pool_ref& pool, std::size_t bytes,
-                                                detail::ledger* accounting, const char* tag,
-                                                call_site site, alloc_policy policy) {
-    const bool charged = accounting->charge(bytes);
-    const detail::record_target& target = accounting->recording();
-    void* p = nullptr;
-    try {
-      p = pool.allocate_recorded(stream_ref(stream_), bytes, policy, target);
-      slot_ = accounting->enter(p, bytes, stream_, tag, site.file, site.line, charged);
-    } catch (const out_of_memory& e) {
-      // From the pool (p is not allocated): a budget refused in charge(), and counted it.
-      if (e.status() != cudaSuccess) accounting->refused(false);
-      accounting->cancel(bytes, charged);
-      throw;
-    } catch (...) {
-      // Only enter() throws with p allocated (std::bad_alloc): the free is recorded where the
-      // allocation was, and a failed one is reported to the cleanup handler.
-      if (p != nullptr && detail::free_async_nothrow(p, stream_, device_, bytes) &&
-          detail::may_record(target))
-        detail::notify_free(target, device_, pool_, stream_, p, bytes);
-      accounting->cancel(bytes, charged);
-      throw;
-    }
-    data_ = p;
-    bytes_ = bytes;
-    ledger_ = accounting;
-  }
+  void allocate_counted(const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting,
+                        const char* tag, call_site site, alloc_policy policy);
 
-  CUSCOPE_DETAIL_NOINLINE void free_counted() noexcept {
-    if (detail::free_async_nothrow(data_, stream_, device_, bytes_)) {
-      if (detail::recorder_hook* h = ledger_->hook())
-        h->record_free(device_, pool_, stream_, data_, bytes_);
-      else if (detail::any_pool_recorded())
-        detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
-      ledger_->discharge(bytes_, slot_);
-    } else {
-      // Still allocated: the session goes on counting it, and names it as a leak.
-      ledger_->abandon();
-    }
-  }
+  void free_counted() noexcept;
 
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
@@ -290,7 +218,107 @@ class device_allocation {
   cudaMemPool_t pool_ = nullptr;
   int device_ = 0;
   detail::ledger* ledger_ = nullptr;
-  std::uint32_t slot_ = detail::ledger::no_slot;  // in ledger_'s records
+  std::uint32_t slot_ = detail::no_ledger_slot;  // in ledger_'s records
 };
 
 }  // namespace cuscope
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+#  include "detail/ledger.hpp"
+
+namespace cuscope {
+
+namespace detail {
+
+inline void* accounted_allocate(const memory_pool_ref& pool, stream_ref stream, std::size_t bytes,
+                                ledger* accounting, const char* who, const char* tag,
+                                const char* file, unsigned line, alloc_policy policy) {
+  if (accounting == nullptr || bytes == 0) return pool.allocate(stream, bytes, policy);
+  if (accounting->closed()) allocate_after_finish(*accounting, who);
+  const bool charged = accounting->charge(bytes);
+  void* p = nullptr;
+  try {
+    p = pool.allocate(stream, bytes, policy, accounting->recording());
+    (void)accounting->enter(p, bytes, stream.get(), tag != nullptr ? tag : who, file, line,
+                            charged);
+  } catch (const out_of_memory& e) {
+    if (e.status() != cudaSuccess) accounting->refused(false);  // a budget counts its own
+    accounting->cancel(bytes, charged);
+    throw;
+  } catch (...) {
+    if (p != nullptr) (void)free_async_nothrow(p, stream.get(), pool.device(), bytes);
+    accounting->cancel(bytes, charged);
+    throw;
+  }
+  return p;
+}
+
+inline bool free_recorded_nothrow(void* ptr, std::size_t bytes, cudaStream_t stream,
+                                  cudaMemPool_t pool, int device, ledger* accounting) noexcept {
+  if (ptr == nullptr) return true;
+  if (!free_async_nothrow(ptr, stream, device, bytes)) {
+    if (accounting != nullptr) accounting->abandon();
+    return false;
+  }
+  const record_target target = accounting != nullptr ? accounting->recording() : record_target{};
+  if (may_record(target)) notify_free(target, device, pool, stream, ptr, bytes);
+  return true;
+}
+
+}  // namespace detail
+
+inline void* device_allocation::release() noexcept {
+  if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge(bytes_, slot_, false);
+  bytes_ = 0;
+  return std::exchange(data_, nullptr);
+}
+
+inline void device_allocation::set_stream(stream_ref stream) {
+  if (data_ != nullptr) detail::order_after(stream, stream_ref(stream_), device_);
+  stream_ = stream.get();
+  if (ledger_ != nullptr) ledger_->moved_to(stream_, slot_);
+}
+
+CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted(
+    const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting, const char* tag,
+    call_site site, alloc_policy policy) {
+  const bool charged = accounting->charge(bytes);
+  const detail::record_target& target = accounting->recording();
+  void* p = nullptr;
+  try {
+    p = pool.allocate_recorded(stream_ref(stream_), bytes, policy, target);
+    slot_ = accounting->enter(p, bytes, stream_, tag, site.file, site.line, charged);
+  } catch (const out_of_memory& e) {
+    // From the pool (p is not allocated): a budget refused in charge(), and counted it.
+    if (e.status() != cudaSuccess) accounting->refused(false);
+    accounting->cancel(bytes, charged);
+    throw;
+  } catch (...) {
+    // Only enter() throws with p allocated (std::bad_alloc): the free is recorded where the
+    // allocation was, and a failed one is reported to the cleanup handler.
+    if (p != nullptr && detail::free_async_nothrow(p, stream_, device_, bytes) &&
+        detail::may_record(target))
+      detail::notify_free(target, device_, pool_, stream_, p, bytes);
+    accounting->cancel(bytes, charged);
+    throw;
+  }
+  data_ = p;
+  bytes_ = bytes;
+  ledger_ = accounting;
+}
+
+CUSCOPE_DETAIL_NOINLINE inline void device_allocation::free_counted() noexcept {
+  if (detail::free_async_nothrow(data_, stream_, device_, bytes_)) {
+    if (detail::recorder_hook* h = ledger_->hook())
+      h->record_free(device_, pool_, stream_, data_, bytes_);
+    else if (detail::any_pool_recorded())
+      detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
+    ledger_->discharge(bytes_, slot_);
+  } else {
+    // Still allocated: the session goes on counting it, and names it as a leak.
+    ledger_->abandon();
+  }
+}
+
+}  // namespace cuscope
+#endif  // CUSCOPE_DETAIL_HOST_CODE

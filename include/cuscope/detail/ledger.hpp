@@ -19,18 +19,10 @@
 
 #include "../error.hpp"
 #include "format.hpp"
+#include "ledger_fwd.hpp"
 #include "recorder_hook.hpp"
 
-namespace cuscope {
-class session;
-}  // namespace cuscope
-
 namespace cuscope::detail {
-
-/// Enables the overloads that take a session (thrust_policy(session), batches(session, ...)),
-/// declared where session.hpp need not be included.
-template <class S>
-using if_session = std::enable_if_t<std::is_same_v<S, session>, int>;
 
 /// One live allocation charged to a session: what a leak report names.
 struct allocation_record {
@@ -166,7 +158,7 @@ class ledger {
     }
   }
 
-  static constexpr std::uint32_t no_slot = 0xFFFFFFFFu;
+  static constexpr std::uint32_t no_slot = no_ledger_slot;
 
   /// Counts the allocation of bytes at ptr on stream here and in every enclosing ledger (its
   /// bytes too, unless charge() took them: charged), remembers it for the leak report (tag, file,
