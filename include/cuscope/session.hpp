@@ -22,8 +22,9 @@
 #include "detail/callback.hpp"
 #include "detail/config.hpp"
 #include "detail/format.hpp"
-#include "detail/ledger.hpp"
-#if CUSCOPE_DETAIL_HOST_CODE
+#include "detail/ledger_fwd.hpp"
+#if CUSCOPE_DETAIL_HOST_CODE  // for the definitions below
+#  include "detail/ledger.hpp"
 #  include "detail/nvml.hpp"  // admission: what this process holds as nvidia-smi counts it
 #endif
 #include "device.hpp"
@@ -652,19 +653,7 @@ class session {
   /// @throws std::logic_error, freeing nothing, when ptr is not live memory from this session's
   /// allocate() (deallocated twice, or from elsewhere); cuda_error when CUDA refuses the free
   /// (the allocation is then still counted).
-  void deallocate(stream_ref stream, void* ptr, std::size_t bytes) {
-    if (ptr == nullptr) return;
-    const std::uint32_t slot = ledger_->find(ptr);
-    if (slot == detail::ledger::no_slot)
-      throw std::logic_error("cuscope::session '" + options_.name + "': deallocate of " +
-                             detail::format_pointer(ptr) + " (" + detail::format_bytes(bytes) +
-                             "), which is not live memory from this session's allocate() "
-                             "(deallocated twice, or allocated elsewhere); nothing was freed");
-    pool_.deallocate(stream, ptr, bytes);
-    if (recorder_ != nullptr && !records_pool())
-      recorder_->record_free(pool_.device(), pool_.get(), stream.get(), ptr, bytes);
-    ledger_->discharge(bytes, slot);
-  }
+  void deallocate(stream_ref stream, void* ptr, std::size_t bytes);
 
   /// @brief Ends the session: synchronizes, counts leaks, restores the release threshold, trims,
   /// applies the leak policy. A second call does nothing and returns the same report.
@@ -682,13 +671,9 @@ class session {
   /// @brief session_options::name.
   [[nodiscard]] const std::string& name() const noexcept { return options_.name; }
   /// @brief make_buffer allocations (this session's and nested ones') still live.
-  [[nodiscard]] std::size_t live_allocations() const noexcept {
-    return finished_ ? report_.leaked_allocations : ledger_->live_allocations();
-  }
+  [[nodiscard]] std::size_t live_allocations() const noexcept;
   /// @brief Their bytes.
-  [[nodiscard]] std::size_t live_bytes() const noexcept {
-    return finished_ ? report_.leaked_bytes : ledger_->live_bytes();
-  }
+  [[nodiscard]] std::size_t live_bytes() const noexcept;
   /// @brief The accounting behind the session, for the adaptors that count for it
   /// (thrust_allocator(session), pool_resource(session), batches(session, ...)).
   [[nodiscard]] detail::ledger* accounting() const noexcept { return ledger_; }
@@ -785,6 +770,28 @@ class session {
 };
 
 #if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+
+inline void session::deallocate(stream_ref stream, void* ptr, std::size_t bytes) {
+  if (ptr == nullptr) return;
+  const std::uint32_t slot = ledger_->find(ptr);
+  if (slot == detail::ledger::no_slot)
+    throw std::logic_error("cuscope::session '" + options_.name + "': deallocate of " +
+                           detail::format_pointer(ptr) + " (" + detail::format_bytes(bytes) +
+                           "), which is not live memory from this session's allocate() "
+                           "(deallocated twice, or allocated elsewhere); nothing was freed");
+  pool_.deallocate(stream, ptr, bytes);
+  if (recorder_ != nullptr && !records_pool())
+    recorder_->record_free(pool_.device(), pool_.get(), stream.get(), ptr, bytes);
+  ledger_->discharge(bytes, slot);
+}
+
+inline std::size_t session::live_allocations() const noexcept {
+  return finished_ ? report_.leaked_allocations : ledger_->live_allocations();
+}
+
+inline std::size_t session::live_bytes() const noexcept {
+  return finished_ ? report_.leaked_bytes : ledger_->live_bytes();
+}
 
 inline session::~session() {
   if (!finished_) {
