@@ -34,10 +34,7 @@ class event_ref {
 
   /// @brief Captures the work enqueued on stream so far: the event completes when it has run.
   /// Enqueued on stream (which must belong to the event's device); does not synchronize.
-  void record(stream_ref stream) const {
-    CUSCOPE_DETAIL_TRY_FOR(cudaEventRecord(event_, stream.get()),
-                           describe() + " on " + stream.describe());
-  }
+  void record(stream_ref stream) const;
 
   /// @brief Blocks until the work the event captured has completed.
   void synchronize() const { CUSCOPE_DETAIL_TRY_FOR(cudaEventSynchronize(event_), describe()); }
@@ -45,20 +42,10 @@ class event_ref {
   /// @brief True when the work the event captured has completed (or it was never recorded). Does
   /// not block. A cudaErrorNotReady that the query leaves as the thread's last error is cleared;
   /// any other pending error stays.
-  [[nodiscard]] bool ready() const {
-    const cudaError_t status = cudaEventQuery(event_);
-    if (status == cudaErrorNotReady) {
-      detail::clear_not_ready();
-      return false;
-    }
-    CUSCOPE_DETAIL_CHECK_FOR(status, "cudaEventQuery(event_)", describe());
-    return true;
-  }
+  [[nodiscard]] bool ready() const;
 
   /// @brief "event 0x...", for messages.
-  [[nodiscard]] std::string describe() const {
-    return "event " + detail::format_pointer(static_cast<const void*>(event_));
-  }
+  [[nodiscard]] std::string describe() const;
 
   /// @brief True when both name the same event.
   friend constexpr bool operator==(event_ref a, event_ref b) noexcept {
@@ -102,30 +89,11 @@ class event {
   /// device is unchanged afterwards.
   /// @throws std::invalid_argument for a device that does not exist; cuda_error when CUDA fails.
   /// @throws std::invalid_argument for an interprocess event with timing.
-  explicit event(const event_options& options = {}) {
-    if (options.interprocess && options.timing)
-      throw std::invalid_argument(
-          "cuscope::event: an interprocess event cannot measure time (event_options::timing)");
-    const unsigned flags = (options.timing ? cudaEventDefault : cudaEventDisableTiming) |
-                           (options.blocking_sync ? cudaEventBlockingSync : cudaEventDefault) |
-                           (options.interprocess ? cudaEventInterprocess : cudaEventDefault);
-    if (options.device == -1) {  // the current device: no check and no switch
-      device_ = current_device();
-      create(flags);
-      return;
-    }
-    device_ = options.device;
-    detail::check_device(device_, "cuscope::event");
-    const scoped_device on(device_);
-    create(flags);
-  }
+  explicit event(const event_options& options = {});
 
   /// @brief Takes ownership of handle, an event created on device.
   /// @throws std::invalid_argument for a null handle.
-  [[nodiscard]] static event adopt(cudaEvent_t handle, int device) {
-    if (handle == nullptr) throw std::invalid_argument("cuscope::event::adopt: null handle");
-    return event(handle, device);
-  }
+  [[nodiscard]] static event adopt(cudaEvent_t handle, int device);
 
   event(const event&) = delete;
   event& operator=(const event&) = delete;
@@ -135,14 +103,7 @@ class event {
       : event_(std::exchange(other.event_, nullptr)), device_(other.device_) {}
 
   /// @brief Destroys this event and takes other's; other is left empty.
-  event& operator=(event&& other) noexcept {
-    if (this != &other) {
-      destroy();
-      event_ = std::exchange(other.event_, nullptr);
-      device_ = other.device_;
-    }
-    return *this;
-  }
+  event& operator=(event&& other) noexcept;
 
   /// @brief Destroys the event; never throws (a failure goes to the cleanup handler).
   ~event() { destroy(); }
@@ -158,11 +119,7 @@ class event {
 
   /// @brief A non-owning reference.
   /// @throws std::logic_error when empty.
-  [[nodiscard]] event_ref ref() const& {
-    if (event_ == nullptr)
-      throw std::logic_error("cuscope::event: use of an empty (moved-from or released) event");
-    return event_ref(event_);
-  }
+  [[nodiscard]] event_ref ref() const&;
   /// @brief A non-owning reference; see ref().
   operator event_ref() const& { return ref(); }  // NOLINT: implicit
   /// @brief Deleted: a reference to a temporary event would outlive the event.
@@ -180,17 +137,9 @@ class event {
  private:
   event(cudaEvent_t handle, int device) noexcept : event_(handle), device_(device) {}
 
-  void create(unsigned flags) {
-    CUSCOPE_DETAIL_TRY_FOR(cudaEventCreateWithFlags(&event_, flags),
-                           "new event on device " + std::to_string(device_));
-  }
+  void create(unsigned flags);
 
-  void destroy() noexcept {
-    // cudaEventDestroy does not depend on the current device.
-    if (event_ != nullptr)
-      (void)CUSCOPE_DETAIL_CLEANUP(cudaEventDestroy(event_), "cuscope::event", event_);
-    event_ = nullptr;
-  }
+  void destroy() noexcept;
 
   cudaEvent_t event_ = nullptr;
   int device_ = 0;
@@ -252,3 +201,84 @@ inline void order_after(stream_ref later, stream_ref earlier, int device) {
 
 }  // namespace detail
 }  // namespace cuscope
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+namespace cuscope {
+
+inline void event_ref::record(stream_ref stream) const {
+  CUSCOPE_DETAIL_TRY_FOR(cudaEventRecord(event_, stream.get()),
+                         describe() + " on " + stream.describe());
+}
+
+inline bool event_ref::ready() const {
+  const cudaError_t status = cudaEventQuery(event_);
+  if (status == cudaErrorNotReady) {
+    detail::clear_not_ready();
+    return false;
+  }
+  CUSCOPE_DETAIL_CHECK_FOR(status, "cudaEventQuery(event_)", describe());
+  return true;
+}
+
+inline std::string event_ref::describe() const {
+  return "event " + detail::format_pointer(static_cast<const void*>(event_));
+}
+
+}  // namespace cuscope
+#endif  // CUSCOPE_DETAIL_HOST_CODE
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+namespace cuscope {
+
+inline event::event(const event_options& options) {
+  if (options.interprocess && options.timing)
+    throw std::invalid_argument(
+        "cuscope::event: an interprocess event cannot measure time (event_options::timing)");
+  const unsigned flags = (options.timing ? cudaEventDefault : cudaEventDisableTiming) |
+                         (options.blocking_sync ? cudaEventBlockingSync : cudaEventDefault) |
+                         (options.interprocess ? cudaEventInterprocess : cudaEventDefault);
+  if (options.device == -1) {  // the current device: no check and no switch
+    device_ = current_device();
+    create(flags);
+    return;
+  }
+  device_ = options.device;
+  detail::check_device(device_, "cuscope::event");
+  const scoped_device on(device_);
+  create(flags);
+}
+
+inline event event::adopt(cudaEvent_t handle, int device) {
+  if (handle == nullptr) throw std::invalid_argument("cuscope::event::adopt: null handle");
+  return event(handle, device);
+}
+
+inline event& event::operator=(event&& other) noexcept {
+  if (this != &other) {
+    destroy();
+    event_ = std::exchange(other.event_, nullptr);
+    device_ = other.device_;
+  }
+  return *this;
+}
+
+inline event_ref event::ref() const& {
+  if (event_ == nullptr)
+    throw std::logic_error("cuscope::event: use of an empty (moved-from or released) event");
+  return event_ref(event_);
+}
+
+inline void event::create(unsigned flags) {
+  CUSCOPE_DETAIL_TRY_FOR(cudaEventCreateWithFlags(&event_, flags),
+                         "new event on device " + std::to_string(device_));
+}
+
+inline void event::destroy() noexcept {
+  // cudaEventDestroy does not depend on the current device.
+  if (event_ != nullptr)
+    (void)CUSCOPE_DETAIL_CLEANUP(cudaEventDestroy(event_), "cuscope::event", event_);
+  event_ = nullptr;
+}
+
+}  // namespace cuscope
+#endif  // CUSCOPE_DETAIL_HOST_CODE

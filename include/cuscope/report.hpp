@@ -88,12 +88,7 @@ struct device_memory_report {
     return total_bytes > free_bytes ? total_bytes - free_bytes : 0;
   }
   /// @brief Reserved by the pools listed.
-  [[nodiscard]] std::size_t pool_reserved_bytes() const noexcept {
-    std::size_t sum = 0;
-    for (const pool_usage& p : pools)
-      sum += p.reserved_bytes;
-    return sum;
-  }
+  [[nodiscard]] std::size_t pool_reserved_bytes() const noexcept;
   /// @brief Taken memory no listed pool nor graph memory accounts for: the CUDA context,
   /// cudaMalloc, pools not listed, other libraries and other processes.
   [[nodiscard]] std::size_t other_bytes() const noexcept {
@@ -102,19 +97,9 @@ struct device_memory_report {
   }
 
   /// @brief Memory behind live allocations in the pools listed.
-  [[nodiscard]] std::size_t pool_used_bytes() const noexcept {
-    std::size_t sum = 0;
-    for (const pool_usage& p : pools)
-      sum += p.used_bytes;
-    return sum;
-  }
+  [[nodiscard]] std::size_t pool_used_bytes() const noexcept;
   /// @brief Reserved and unused in the pools listed: what trimming them could give back.
-  [[nodiscard]] std::size_t pool_cached_bytes() const noexcept {
-    std::size_t sum = 0;
-    for (const pool_usage& p : pools)
-      sum += p.cached_bytes();
-    return sum;
-  }
+  [[nodiscard]] std::size_t pool_cached_bytes() const noexcept;
   /// @brief Whether NVML gave this process's footprint.
   [[nodiscard]] bool has_process_footprint() const noexcept {
     return process.available && process.listed;
@@ -122,18 +107,10 @@ struct device_memory_report {
   /// @brief What this process holds outside the pools listed and graph memory: cudaMalloc, the
   /// CUDA context, other libraries' memory and pools not listed; 0 without
   /// has_process_footprint().
-  [[nodiscard]] std::size_t process_outside_pools_bytes() const noexcept {
-    if (!has_process_footprint()) return 0;
-    const std::size_t pooled = pool_reserved_bytes() + graph.reserved_bytes;
-    return process.used_bytes > pooled ? process.used_bytes - pooled : 0;
-  }
+  [[nodiscard]] std::size_t process_outside_pools_bytes() const noexcept;
   /// @brief process_outside_pools_bytes() less the cudaMalloc memory given in malloc_bytes: the
   /// context, other libraries and pools not listed.
-  [[nodiscard]] std::size_t process_rest_bytes() const noexcept {
-    const std::size_t outside = process_outside_pools_bytes();
-    const std::size_t malloc = malloc_bytes.value_or(0);
-    return outside > malloc ? outside - malloc : 0;
-  }
+  [[nodiscard]] std::size_t process_rest_bytes() const noexcept;
   /// @brief Taken memory that is not this process's (other processes); 0 without
   /// has_process_footprint().
   [[nodiscard]] std::size_t other_processes_bytes() const noexcept {
@@ -142,52 +119,7 @@ struct device_memory_report {
   }
 
   /// @brief A table with human units.
-  [[nodiscard]] std::string to_string() const {
-    using detail::format_bytes;
-    std::string s = "device " + std::to_string(device) + " (" + device_name +
-                    "): " + format_bytes(taken_bytes()) + " taken, " + format_bytes(free_bytes) +
-                    " free of " + format_bytes(total_bytes) + "\n";
-    char line[256];
-    std::snprintf(line, sizeof line, "  %-34s %12s %12s %12s\n", "", "reserved", "in use",
-                  "cached");
-    s += line;
-    for (const pool_usage& p : pools) {
-      const std::string label = p.shared ? p.name + " (IPC)" : p.name;
-      std::snprintf(line, sizeof line, "  %-34s %12s %12s %12s\n", label.c_str(),
-                    format_bytes(p.reserved_bytes).c_str(), format_bytes(p.used_bytes).c_str(),
-                    format_bytes(p.cached_bytes()).c_str());
-      s += line;
-    }
-    std::snprintf(line, sizeof line, "  %-34s %12s %12s %12s\n", "graph memory (CUDA graphs)",
-                  format_bytes(graph.reserved_bytes).c_str(),
-                  format_bytes(graph.used_bytes).c_str(),
-                  format_bytes(graph.cached_bytes()).c_str());
-    s += line;
-    std::snprintf(line, sizeof line, "  %-34s %12s\n", "other (context, cudaMalloc, others)",
-                  format_bytes(other_bytes()).c_str());
-    s += line;
-    if (!has_process_footprint()) {
-      s += "  nvidia-smi's view (NVML): " +
-           (process.available ? std::string("this process is not listed") : process.source) + "\n";
-      return s;
-    }
-    s += "  nvidia-smi shows this process using " + format_bytes(process.used_bytes) + ":\n";
-    const auto row = [&](const char* what, std::size_t bytes) {
-      std::snprintf(line, sizeof line, "    %-32s %12s\n", what, format_bytes(bytes).c_str());
-      s += line;
-    };
-    row("live allocations in the pools", pool_used_bytes());
-    row("cached in the pools (trimmable)", pool_cached_bytes());
-    row("graph memory (trimmable)", graph.reserved_bytes);
-    if (malloc_bytes) {
-      row("cudaMalloc (as given)", *malloc_bytes);
-      row("the rest (context, libraries)", process_rest_bytes());
-    } else {
-      row("context, cudaMalloc, libraries", process_outside_pools_bytes());
-    }
-    row("other processes", other_processes_bytes());
-    return s;
-  }
+  [[nodiscard]] std::string to_string() const;
 };
 
 namespace detail {
@@ -327,3 +259,87 @@ inline std::size_t empty_cache(const std::vector<memory_pool_ref>& pools) {
 #endif  // CUSCOPE_DETAIL_HOST_CODE
 
 }  // namespace cuscope
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+namespace cuscope {
+
+inline std::size_t device_memory_report::pool_reserved_bytes() const noexcept {
+  std::size_t sum = 0;
+  for (const pool_usage& p : pools)
+    sum += p.reserved_bytes;
+  return sum;
+}
+
+inline std::size_t device_memory_report::pool_used_bytes() const noexcept {
+  std::size_t sum = 0;
+  for (const pool_usage& p : pools)
+    sum += p.used_bytes;
+  return sum;
+}
+
+inline std::size_t device_memory_report::pool_cached_bytes() const noexcept {
+  std::size_t sum = 0;
+  for (const pool_usage& p : pools)
+    sum += p.cached_bytes();
+  return sum;
+}
+
+inline std::size_t device_memory_report::process_outside_pools_bytes() const noexcept {
+  if (!has_process_footprint()) return 0;
+  const std::size_t pooled = pool_reserved_bytes() + graph.reserved_bytes;
+  return process.used_bytes > pooled ? process.used_bytes - pooled : 0;
+}
+
+inline std::size_t device_memory_report::process_rest_bytes() const noexcept {
+  const std::size_t outside = process_outside_pools_bytes();
+  const std::size_t malloc = malloc_bytes.value_or(0);
+  return outside > malloc ? outside - malloc : 0;
+}
+
+inline std::string device_memory_report::to_string() const {
+  using detail::format_bytes;
+  std::string s = "device " + std::to_string(device) + " (" + device_name +
+                  "): " + format_bytes(taken_bytes()) + " taken, " + format_bytes(free_bytes) +
+                  " free of " + format_bytes(total_bytes) + "\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-34s %12s %12s %12s\n", "", "reserved", "in use", "cached");
+  s += line;
+  for (const pool_usage& p : pools) {
+    const std::string label = p.shared ? p.name + " (IPC)" : p.name;
+    std::snprintf(line, sizeof line, "  %-34s %12s %12s %12s\n", label.c_str(),
+                  format_bytes(p.reserved_bytes).c_str(), format_bytes(p.used_bytes).c_str(),
+                  format_bytes(p.cached_bytes()).c_str());
+    s += line;
+  }
+  std::snprintf(line, sizeof line, "  %-34s %12s %12s %12s\n", "graph memory (CUDA graphs)",
+                format_bytes(graph.reserved_bytes).c_str(), format_bytes(graph.used_bytes).c_str(),
+                format_bytes(graph.cached_bytes()).c_str());
+  s += line;
+  std::snprintf(line, sizeof line, "  %-34s %12s\n", "other (context, cudaMalloc, others)",
+                format_bytes(other_bytes()).c_str());
+  s += line;
+  if (!has_process_footprint()) {
+    s += "  nvidia-smi's view (NVML): " +
+         (process.available ? std::string("this process is not listed") : process.source) + "\n";
+    return s;
+  }
+  s += "  nvidia-smi shows this process using " + format_bytes(process.used_bytes) + ":\n";
+  const auto row = [&](const char* what, std::size_t bytes) {
+    std::snprintf(line, sizeof line, "    %-32s %12s\n", what, format_bytes(bytes).c_str());
+    s += line;
+  };
+  row("live allocations in the pools", pool_used_bytes());
+  row("cached in the pools (trimmable)", pool_cached_bytes());
+  row("graph memory (trimmable)", graph.reserved_bytes);
+  if (malloc_bytes) {
+    row("cudaMalloc (as given)", *malloc_bytes);
+    row("the rest (context, libraries)", process_rest_bytes());
+  } else {
+    row("context, cudaMalloc, libraries", process_outside_pools_bytes());
+  }
+  row("other processes", other_processes_bytes());
+  return s;
+}
+
+}  // namespace cuscope
+#endif  // CUSCOPE_DETAIL_HOST_CODE

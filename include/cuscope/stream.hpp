@@ -64,9 +64,7 @@ class stream_ref {
   /// @brief The legacy default stream, which synchronizes with all blocking streams.
   [[nodiscard]] static stream_ref legacy() noexcept { return {detail::legacy_stream_handle()}; }
   /// @brief The calling thread's per-thread default stream.
-  [[nodiscard]] static stream_ref per_thread() noexcept {
-    return {detail::per_thread_stream_handle()};
-  }
+  [[nodiscard]] static stream_ref per_thread() noexcept;
 
   /// @brief The raw handle.
   [[nodiscard]] constexpr cudaStream_t get() const noexcept { return stream_; }
@@ -80,15 +78,7 @@ class stream_ref {
   /// @brief True when all work enqueued on the stream has completed. Does not block. A
   /// cudaErrorNotReady that the query leaves as the thread's last error is cleared; any other
   /// pending error stays.
-  [[nodiscard]] bool ready() const {
-    const cudaError_t status = cudaStreamQuery(stream_);
-    if (status == cudaErrorNotReady) {
-      detail::clear_not_ready();
-      return false;
-    }
-    CUSCOPE_DETAIL_CHECK_FOR(status, "cudaStreamQuery(stream_)", describe());
-    return true;
-  }
+  [[nodiscard]] bool ready() const;
 
   /// @brief Makes the work enqueued on this stream from now on wait for event (recorded on any
   /// stream, of any device). Enqueued; does not synchronize. Defined in <cuscope/event.hpp>.
@@ -108,13 +98,7 @@ class stream_ref {
 #endif
 
   /// @brief "stream 0x...", "the legacy default stream" or "the per-thread default stream".
-  [[nodiscard]] std::string describe() const {
-    // A null handle is the legacy stream, or the per-thread one in code compiled for it.
-    if (stream_ == nullptr) return "the default stream (a null handle)";
-    if (stream_ == detail::legacy_stream_handle()) return "the legacy default stream";
-    if (stream_ == detail::per_thread_stream_handle()) return "the per-thread default stream";
-    return "stream " + detail::format_pointer(static_cast<const void*>(stream_));
-  }
+  [[nodiscard]] std::string describe() const;
 
   /// @brief True when both name the same stream.
   friend constexpr bool operator==(stream_ref a, stream_ref b) noexcept {
@@ -149,36 +133,13 @@ class stream {
   /// @brief Creates a stream on options.device (the current device by default); the current
   /// device is unchanged afterwards.
   /// @throws std::invalid_argument for a device that does not exist; cuda_error when CUDA fails.
-  explicit stream(const stream_options& options = {}) : flags_(options.flags) {
-    device_ = options.device == -1 ? current_device() : options.device;
-    detail::check_device(device_, "cuscope::stream");
-    scoped_device on(device_);
-    CUSCOPE_DETAIL_TRY_FOR(cudaStreamCreateWithPriority(&stream_, flags_, options.priority),
-                           "new stream on device " + std::to_string(device_));
-    // CUDA clamps the priority asked for: priority() says what it gave, or the stream is not made.
-    try {
-      CUSCOPE_DETAIL_TRY_FOR(cudaStreamGetPriority(stream_, &priority_), describe_new());
-    } catch (...) {
-      destroy();
-      throw;
-    }
-  }
+  explicit stream(const stream_options& options = {});
 
   /// @brief Takes ownership of handle, a stream created on device with the given flags.
   /// @throws std::invalid_argument for a default stream; cuda_error when its priority cannot be
   /// read (the caller then still owns handle).
   [[nodiscard]] static stream adopt(cudaStream_t handle, int device,
-                                    unsigned flags = cudaStreamNonBlocking) {
-    if (handle == nullptr || handle == detail::legacy_stream_handle() ||
-        handle == detail::per_thread_stream_handle())
-      throw std::invalid_argument("cuscope::stream::adopt: a default stream cannot be owned");
-    int priority = 0;
-    CUSCOPE_DETAIL_TRY_FOR(cudaStreamGetPriority(handle, &priority),
-                           "cuscope::stream::adopt of " + stream_ref(handle).describe());
-    stream s(handle, device, flags);
-    s.priority_ = priority;
-    return s;
-  }
+                                    unsigned flags = cudaStreamNonBlocking);
 
   stream(const stream&) = delete;
   stream& operator=(const stream&) = delete;
@@ -191,16 +152,7 @@ class stream {
         priority_(other.priority_) {}
 
   /// @brief Destroys this stream and takes other's; other is left empty.
-  stream& operator=(stream&& other) noexcept {
-    if (this != &other) {
-      destroy();
-      stream_ = std::exchange(other.stream_, nullptr);
-      device_ = other.device_;
-      flags_ = other.flags_;
-      priority_ = other.priority_;
-    }
-    return *this;
-  }
+  stream& operator=(stream&& other) noexcept;
 
   /// @brief Destroys the stream; never throws.
   ~stream() { destroy(); }
@@ -214,11 +166,7 @@ class stream {
 
   /// @brief A non-owning reference.
   /// @throws std::logic_error when empty: an empty handle would mean the legacy default stream.
-  [[nodiscard]] stream_ref ref() const& {
-    if (stream_ == nullptr)
-      throw std::logic_error("cuscope::stream: use of an empty (moved-from or released) stream");
-    return stream_ref(stream_);
-  }
+  [[nodiscard]] stream_ref ref() const&;
   /// @brief A non-owning reference; see ref().
   operator stream_ref() const& { return ref(); }  // NOLINT: implicit
   /// @brief Deleted: a reference to a temporary stream would outlive the stream.
@@ -246,16 +194,9 @@ class stream {
   stream(cudaStream_t handle, int device, unsigned flags) noexcept
       : stream_(handle), device_(device), flags_(flags) {}
 
-  std::string describe_new() const {
-    return "new " + stream_ref(stream_).describe() + " on device " + std::to_string(device_);
-  }
+  std::string describe_new() const;
 
-  void destroy() noexcept {
-    // cudaStreamDestroy does not depend on the current device.
-    if (stream_ != nullptr)
-      (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamDestroy(stream_), "cuscope::stream", stream_);
-    stream_ = nullptr;
-  }
+  void destroy() noexcept;
 
   cudaStream_t stream_ = nullptr;
   int device_ = 0;
@@ -285,4 +226,94 @@ inline int stream_device(stream_ref stream, int device) {
 }  // namespace cuscope
 
 // stream_ref::wait is defined with the events it waits for.
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+namespace cuscope {
+
+inline stream_ref stream_ref::per_thread() noexcept {
+  return {detail::per_thread_stream_handle()};
+}
+
+inline bool stream_ref::ready() const {
+  const cudaError_t status = cudaStreamQuery(stream_);
+  if (status == cudaErrorNotReady) {
+    detail::clear_not_ready();
+    return false;
+  }
+  CUSCOPE_DETAIL_CHECK_FOR(status, "cudaStreamQuery(stream_)", describe());
+  return true;
+}
+
+inline std::string stream_ref::describe() const {
+  // A null handle is the legacy stream, or the per-thread one in code compiled for it.
+  if (stream_ == nullptr) return "the default stream (a null handle)";
+  if (stream_ == detail::legacy_stream_handle()) return "the legacy default stream";
+  if (stream_ == detail::per_thread_stream_handle()) return "the per-thread default stream";
+  return "stream " + detail::format_pointer(static_cast<const void*>(stream_));
+}
+
+}  // namespace cuscope
+#endif  // CUSCOPE_DETAIL_HOST_CODE
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+namespace cuscope {
+
+inline stream::stream(const stream_options& options) : flags_(options.flags) {
+  device_ = options.device == -1 ? current_device() : options.device;
+  detail::check_device(device_, "cuscope::stream");
+  scoped_device on(device_);
+  CUSCOPE_DETAIL_TRY_FOR(cudaStreamCreateWithPriority(&stream_, flags_, options.priority),
+                         "new stream on device " + std::to_string(device_));
+  // CUDA clamps the priority asked for: priority() says what it gave, or the stream is not made.
+  try {
+    CUSCOPE_DETAIL_TRY_FOR(cudaStreamGetPriority(stream_, &priority_), describe_new());
+  } catch (...) {
+    destroy();
+    throw;
+  }
+}
+
+inline stream stream::adopt(cudaStream_t handle, int device, unsigned flags) {
+  if (handle == nullptr || handle == detail::legacy_stream_handle() ||
+      handle == detail::per_thread_stream_handle())
+    throw std::invalid_argument("cuscope::stream::adopt: a default stream cannot be owned");
+  int priority = 0;
+  CUSCOPE_DETAIL_TRY_FOR(cudaStreamGetPriority(handle, &priority),
+                         "cuscope::stream::adopt of " + stream_ref(handle).describe());
+  stream s(handle, device, flags);
+  s.priority_ = priority;
+  return s;
+}
+
+inline stream& stream::operator=(stream&& other) noexcept {
+  if (this != &other) {
+    destroy();
+    stream_ = std::exchange(other.stream_, nullptr);
+    device_ = other.device_;
+    flags_ = other.flags_;
+    priority_ = other.priority_;
+  }
+  return *this;
+}
+
+inline stream_ref stream::ref() const& {
+  if (stream_ == nullptr)
+    throw std::logic_error("cuscope::stream: use of an empty (moved-from or released) stream");
+  return stream_ref(stream_);
+}
+
+inline std::string stream::describe_new() const {
+  return "new " + stream_ref(stream_).describe() + " on device " + std::to_string(device_);
+}
+
+inline void stream::destroy() noexcept {
+  // cudaStreamDestroy does not depend on the current device.
+  if (stream_ != nullptr)
+    (void)CUSCOPE_DETAIL_CLEANUP(cudaStreamDestroy(stream_), "cuscope::stream", stream_);
+  stream_ = nullptr;
+}
+
+}  // namespace cuscope
+#endif  // CUSCOPE_DETAIL_HOST_CODE
+
 #include "event.hpp"  // IWYU pragma: export

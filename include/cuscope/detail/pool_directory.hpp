@@ -24,52 +24,20 @@ class pool_directory {
   };
 
   /// The one directory; never destroyed, so that pools with static lifetime may use it at exit.
-  static pool_directory& get() noexcept {
-    static pool_directory* const d = new pool_directory;  // NOLINT: lives as long as the process
-    return *d;
-  }
+  static pool_directory& get() noexcept;
 
   /// A pool was made (or adopted) on device, named name (may be empty). Forgets a destroyed pool
   /// the driver gave the same handle. Throws std::bad_alloc.
-  void made(cudaMemPool_t pool, int device, const std::string& name) {
-    const lock l(locked_);
-    erase(pool);
-    if (!name.empty()) entries_.push_back(entry{pool, device, name, false});
-  }
+  void made(cudaMemPool_t pool, int device, const std::string& name);
 
   /// pool was destroyed by cuscope: later failures on it are named as use after destruction.
   /// Keeps the last destroyed_kept of them. Never throws (a failure to note it is dropped: the
   /// message then names the CUDA error only).
-  void destroyed(cudaMemPool_t pool, int device) noexcept {
-    const lock l(locked_);
-    std::string name;
-    for (entry& e : entries_)
-      if (e.pool == pool && !e.destroyed) name = std::move(e.name);
-    erase(pool);
-    std::size_t dead = 0;
-    for (const entry& e : entries_)
-      dead += e.destroyed ? 1 : 0;
-    if (dead >= destroyed_kept) {
-      for (auto it = entries_.begin(); it != entries_.end(); ++it)
-        if (it->destroyed) {
-          entries_.erase(it);
-          break;
-        }
-    }
-    try {
-      entries_.push_back(entry{pool, device, std::move(name), true});
-    } catch (...) {  // std::bad_alloc: the message loses only the diagnosis
-    }
-  }
+  void destroyed(cudaMemPool_t pool, int device) noexcept;
 
   /// The name pool was made with ("" for none) and whether cuscope destroyed it. Throws
   /// std::bad_alloc.
-  std::pair<std::string, bool> find(cudaMemPool_t pool) const {
-    const lock l(locked_);
-    for (const entry& e : entries_)
-      if (e.pool == pool) return {e.name, e.destroyed};
-    return {std::string(), false};
-  }
+  std::pair<std::string, bool> find(cudaMemPool_t pool) const;
 
   static constexpr std::size_t destroyed_kept = 64;
 
@@ -91,13 +59,61 @@ class pool_directory {
     std::atomic<bool>& flag_;
   };
 
-  void erase(cudaMemPool_t pool) noexcept {
-    for (std::size_t i = entries_.size(); i-- != 0;)
-      if (entries_[i].pool == pool) entries_.erase(entries_.begin() + static_cast<long>(i));
-  }
+  void erase(cudaMemPool_t pool) noexcept;
 
   mutable std::atomic<bool> locked_{false};
   std::vector<entry> entries_;
 };
 
 }  // namespace cuscope::detail
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+namespace cuscope::detail {
+
+inline pool_directory& pool_directory::get() noexcept {
+  static pool_directory* const d = new pool_directory;  // NOLINT: lives as long as the process
+  return *d;
+}
+
+inline void pool_directory::made(cudaMemPool_t pool, int device, const std::string& name) {
+  const lock l(locked_);
+  erase(pool);
+  if (!name.empty()) entries_.push_back(entry{pool, device, name, false});
+}
+
+inline void pool_directory::destroyed(cudaMemPool_t pool, int device) noexcept {
+  const lock l(locked_);
+  std::string name;
+  for (entry& e : entries_)
+    if (e.pool == pool && !e.destroyed) name = std::move(e.name);
+  erase(pool);
+  std::size_t dead = 0;
+  for (const entry& e : entries_)
+    dead += e.destroyed ? 1 : 0;
+  if (dead >= destroyed_kept) {
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+      if (it->destroyed) {
+        entries_.erase(it);
+        break;
+      }
+  }
+  try {
+    entries_.push_back(entry{pool, device, std::move(name), true});
+  } catch (...) {  // std::bad_alloc: the message loses only the diagnosis
+  }
+}
+
+inline std::pair<std::string, bool> pool_directory::find(cudaMemPool_t pool) const {
+  const lock l(locked_);
+  for (const entry& e : entries_)
+    if (e.pool == pool) return {e.name, e.destroyed};
+  return {std::string(), false};
+}
+
+inline void pool_directory::erase(cudaMemPool_t pool) noexcept {
+  for (std::size_t i = entries_.size(); i-- != 0;)
+    if (entries_[i].pool == pool) entries_.erase(entries_.begin() + static_cast<long>(i));
+}
+
+}  // namespace cuscope::detail
+#endif  // CUSCOPE_DETAIL_HOST_CODE
