@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <iterator>
 #include <limits>
-#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -116,6 +115,31 @@ class batch_output {
 };
 
 namespace detail {
+
+/// The one owner of a T made with new, deleted with it: what batch_range keeps its pipeline in.
+/// std::unique_ptr without <memory>, which the core headers leave out (compile cost, in nvcc's
+/// device passes too).
+template <class T>
+class owner {
+ public:
+  owner() noexcept = default;
+  explicit owner(T* p) noexcept : p_(p) {}
+  owner(const owner&) = delete;
+  owner& operator=(const owner&) = delete;
+  owner(owner&& other) noexcept : p_(std::exchange(other.p_, nullptr)) {}
+  owner& operator=(owner&& other) noexcept {
+    T* const old = std::exchange(p_, std::exchange(other.p_, nullptr));
+    delete old;
+    return *this;
+  }
+  ~owner() { delete p_; }
+  T* get() const noexcept { return p_; }
+  T* operator->() const noexcept { return p_; }
+  explicit operator bool() const noexcept { return p_ != nullptr; }
+
+ private:
+  T* p_ = nullptr;
+};
 
 // The element type of a contiguous range; also the type that names a writable one.
 template <class R>
@@ -373,8 +397,9 @@ class batch_range {
       spec.per_sample = output->elements_per_sample();
       spec.per_batch = output->elements_per_batch();
     }
-    state_ = std::make_unique<pipeline>(stream, host, elements, std::move(produce), batch_size,
-                                        pool, c, out_data, output != nullptr ? &spec : nullptr);
+    state_ = detail::owner<pipeline>(new pipeline(stream, host, elements, std::move(produce),
+                                                  batch_size, pool, c, out_data,
+                                                  output != nullptr ? &spec : nullptr));
   }
 
   const detail::batch_plan& plan() const noexcept {
@@ -383,7 +408,7 @@ class batch_range {
   }
 
   cudaStream_t stream_ = nullptr;
-  std::unique_ptr<pipeline> state_;
+  detail::owner<pipeline> state_;
   detail::batch_plan empty_plan_{};  // what a moved-from range reports
 };
 

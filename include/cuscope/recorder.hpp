@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -117,7 +116,10 @@ class recorder final : public detail::recorder_hook {
   recorder& operator=(const recorder&) = delete;
   recorder(recorder&&) = delete;
   recorder& operator=(recorder&&) = delete;
-  ~recorder() override { detail::detach_hook(this); }
+  ~recorder() override {
+    detail::detach_hook(this);
+    delete[] slots_;
+  }
 
   /// @brief Events the ring holds.
   [[nodiscard]] std::size_t capacity() const noexcept { return mask_ + 1; }
@@ -210,7 +212,6 @@ class recorder final : public detail::recorder_hook {
 
   bool read(std::uint64_t i, memory_event& e) const noexcept;
 
-  std::unique_ptr<slot[]> ring_;  // slots_
   static_assert(static_cast<std::uint64_t>(memory_event_kind::allocate) == allocate_event &&
                     static_cast<std::uint64_t>(memory_event_kind::free) == free_event,
                 "the hook writes allocations and frees with these codes");
@@ -238,8 +239,7 @@ inline recorder::recorder(recorder_options options)
   while (cap < options.capacity)
     cap <<= 1;
   mask_ = cap - 1;
-  ring_.reset(new slot[cap]);
-  slots_ = ring_.get();
+  slots_ = new slot[cap];  // owned: deleted by ~recorder
   for (std::size_t i = 0; i < cap; ++i)
     slots_[i].seq.store(0, std::memory_order_relaxed);
   interval_ns_ = options.sample_interval.count() < 0 ? 0 : options.sample_interval.count();
