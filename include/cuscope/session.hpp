@@ -172,209 +172,14 @@ struct session_report {
   }
 
   /// @brief A few readable lines with human units; an unknown figure reads "unknown".
-  [[nodiscard]] std::string to_string() const {
-    using detail::format_bytes;
-    const auto figure = [&](const char* member, std::size_t bytes) {
-      return known(member) ? format_bytes(bytes) : std::string("unknown");
-    };
-    std::string admission;  // what the admission asked and found
-    if (admission_required_bytes != 0) {
-      admission = std::string(admission_refused ? "  REFUSED: " : "  admitted: ") +
-                  format_bytes(admission_required_bytes) + " asked, " +
-                  format_bytes(admission_available_bytes) + " available at entry (" +
-                  format_bytes(admission_free_bytes) + " free on the device";
-      if (admission_cached_bytes != 0)
-        admission += " and " + format_bytes(admission_cached_bytes) + " cached in the pool";
-      admission += ")";
-      if (admission_trimmed)
-        admission += " after a trim that returned " + format_bytes(admission_returned_bytes);
-      if (admission_process_bytes)
-        admission += "; this process holds " + format_bytes(*admission_process_bytes) +
-                     ", other processes " +
-                     format_bytes(admission_other_processes_bytes.value_or(0)) +
-                     " (NVML: " + admission_nvml + ")";
-      else
-        admission += "; NVML " + admission_nvml;
-      admission += "\n";
-    }
-    const std::string who = "session '" + (name.empty() ? std::string("unnamed") : name) +
-                            "' on device " + std::to_string(device);
-    if (admission_refused) return who + ", refused by its admission\n" + admission;
-    char time[32];
-    std::snprintf(time, sizeof time, "%.3f s", seconds);
-    std::string s = who + ", " + time + (unwinding ? " (ended by an exception)" : "") + "\n";
-    s += "  peak in use " + figure("peak_used_bytes", peak_used_bytes) + ", peak reserved " +
-         figure("peak_reserved_bytes", peak_reserved_bytes) +
-         (concurrent ? " (of the pool, shared)" : "") + "; its own allocations peaked at " +
-         format_bytes(tracked_peak_bytes) + "\n";
-    s += "  " + std::to_string(allocations) + " allocation" + (allocations == 1 ? "" : "s") + ", " +
-         std::to_string(frees) + " freed";
-    if (budget_refusals + pool_refusals + retries != 0)
-      s += "; refused: " + std::to_string(budget_refusals) + " by a budget, " +
-           std::to_string(pool_refusals) + " by the pool; " + std::to_string(retries) + " retried";
-    s += "\n";
-    s += "  returned to the driver " + figure("returned_bytes", returned_bytes) + " (reserve " +
-         figure("reserved_at_finish_bytes", reserved_at_finish_bytes) + " -> " +
-         figure("reserved_at_exit_bytes", reserved_at_exit_bytes) +
-         (trimmed         ? ", trimmed"
-          : trim_deferred ? ", trim left to the last session open"
-                          : ", not trimmed") +
-         "; " + format_bytes(reserved_at_entry_bytes) + " at entry" +
-         (synchronized_device ? "; synchronized the device" : "") + ")\n";
-    s += "  device free " + format_bytes(driver_free_at_entry_bytes) + " at entry, " +
-         figure("driver_free_at_exit_bytes", driver_free_at_exit_bytes) + " at exit";
-    if (known("driver_free_at_exit_bytes")) {
-      const bool gained = driver_free_at_exit_bytes >= driver_free_at_entry_bytes;
-      const std::size_t delta = gained ? driver_free_at_exit_bytes - driver_free_at_entry_bytes
-                                       : driver_free_at_entry_bytes - driver_free_at_exit_bytes;
-      s += std::string(" (") + (gained ? "+" : "-") + format_bytes(delta) + ")";
-    }
-    s += " of " + format_bytes(driver_total_bytes) + "\n";
-    if (!complete()) {
-      s += "  INCOMPLETE: " + std::to_string(errors.size()) + " step" +
-           (errors.size() == 1 ? "" : "s") + " of the end failed";
-      if (!unknown.empty()) {
-        s += "; unknown:";
-        for (const std::string& u : unknown)
-          s += " " + u;
-      }
-      s += "\n";
-      for (const std::string& e : errors)
-        s += "    " + e + "\n";
-    }
-    if (graph_trimmed || graph_reserved_bytes != 0 || !known("graph_reserved_bytes"))
-      s += "  graph memory " + figure("graph_used_bytes", graph_used_bytes) + " in use, " +
-           figure("graph_reserved_bytes", graph_reserved_bytes) + " reserved" +
-           (graph_trimmed ? " (trimmed, " + figure("graph_returned_bytes", graph_returned_bytes) +
-                                " returned)"
-                          : " (not trimmed)") +
-           "\n";
-    if (admission_required_bytes != 0) s += admission;
-    if (leaked_allocations != 0) {
-      s += "  LEAKED " + std::to_string(leaked_allocations) + " allocation" +
-           (leaked_allocations == 1 ? "" : "s") + ", " + format_bytes(leaked_bytes) + ":\n";
-      constexpr std::size_t shown = 16;
-      for (std::size_t i = 0; i < leaks.size() && i < shown; ++i) {
-        const leaked_allocation& l = leaks[i];
-        s += "    " + format_bytes(l.bytes) + " at " + detail::format_pointer(l.pointer) +
-             " on stream " + detail::format_pointer(static_cast<const void*>(l.stream));
-        if (!l.tag.empty()) s += ", '" + l.tag + "'";
-        if (!l.file.empty()) s += ", made at " + l.file + ":" + std::to_string(l.line);
-        if (l.session != name) s += ", in session '" + l.session + "'";
-        s += "\n";
-      }
-      if (leaks.size() > shown) s += "    and " + std::to_string(leaks.size() - shown) + " more\n";
-    }
-    if (untracked_bytes != 0)
-      s += std::string(untracked_leak ? "  LEAKED " : "  untracked: ") +
-           format_bytes(untracked_bytes) +
-           " more in use in the pool than at entry, not allocated through the session" +
-           (untracked_leak ? "" : " (not counted as a leak)") + "\n";
-    if (!leaked()) s += "  no leaks\n";
-    return s;
-  }
+  [[nodiscard]] std::string to_string() const;
 };
 
 /// @brief The report as one JSON object: {"version": session_report::json_version, and every
 /// field of session_report under its own name, "leaks" an array of objects with the fields of
 /// leaked_allocation}. Pointers and streams are strings ("0x7f12a4000000"); docs/concepts.md lists
 /// the fields.
-[[nodiscard]] inline std::string to_json(const session_report& r) {
-  using detail::json_pointer;
-  using detail::json_string;
-  std::string out = "{\"version\":" + std::to_string(session_report::json_version) + ",\"name\":";
-  json_string(out, r.name);
-  char seconds[32];
-  std::snprintf(seconds, sizeof seconds, "%.9g", r.seconds);
-  out += ",\"device\":" + std::to_string(r.device) + ",\"seconds\":" + seconds;
-  // A figure that a failed step left unknown (session_report::unknown) is null.
-  const auto number = [&out, &r](const char* key, std::size_t value) {
-    out += ",\"";
-    out += key;
-    out += "\":" + (r.known(key) ? std::to_string(value) : std::string("null"));
-  };
-  const auto flag = [&out](const char* key, bool value) {
-    out += ",\"";
-    out += key;
-    out += value ? "\":true" : "\":false";
-  };
-  number("reserved_at_entry_bytes", r.reserved_at_entry_bytes);
-  number("reserved_at_finish_bytes", r.reserved_at_finish_bytes);
-  number("reserved_at_exit_bytes", r.reserved_at_exit_bytes);
-  number("used_at_entry_bytes", r.used_at_entry_bytes);
-  number("used_at_exit_bytes", r.used_at_exit_bytes);
-  number("peak_used_bytes", r.peak_used_bytes);
-  number("peak_reserved_bytes", r.peak_reserved_bytes);
-  number("returned_bytes", r.returned_bytes);
-  number("driver_free_at_entry_bytes", r.driver_free_at_entry_bytes);
-  number("driver_free_at_exit_bytes", r.driver_free_at_exit_bytes);
-  number("driver_total_bytes", r.driver_total_bytes);
-  number("tracked_peak_bytes", r.tracked_peak_bytes);
-  number("leaked_allocations", r.leaked_allocations);
-  number("leaked_bytes", r.leaked_bytes);
-  number("allocations", r.allocations);
-  number("frees", r.frees);
-  number("budget_refusals", r.budget_refusals);
-  number("pool_refusals", r.pool_refusals);
-  number("retries", r.retries);
-  number("untracked_bytes", r.untracked_bytes);
-  flag("untracked_leak", r.untracked_leak);
-  number("graph_used_bytes", r.graph_used_bytes);
-  number("graph_reserved_bytes", r.graph_reserved_bytes);
-  number("graph_returned_bytes", r.graph_returned_bytes);
-  flag("graph_trimmed", r.graph_trimmed);
-  flag("trimmed", r.trimmed);
-  flag("trim_deferred", r.trim_deferred);
-  flag("concurrent", r.concurrent);
-  flag("synchronized_device", r.synchronized_device);
-  flag("unwinding", r.unwinding);
-  number("admission_required_bytes", r.admission_required_bytes);
-  number("admission_available_bytes", r.admission_available_bytes);
-  flag("admission_trimmed", r.admission_trimmed);
-  number("admission_returned_bytes", r.admission_returned_bytes);
-  flag("admission_refused", r.admission_refused);
-  number("admission_free_bytes", r.admission_free_bytes);
-  number("admission_cached_bytes", r.admission_cached_bytes);
-  number("admission_graph_reserved_bytes", r.admission_graph_reserved_bytes);
-  const auto maybe = [&out](const char* key, const std::optional<std::size_t>& value) {
-    out += ",\"";
-    out += key;
-    out += "\":" + (value ? std::to_string(*value) : std::string("null"));
-  };
-  maybe("admission_process_bytes", r.admission_process_bytes);
-  maybe("admission_other_processes_bytes", r.admission_other_processes_bytes);
-  out += ",\"admission_nvml\":";
-  json_string(out, r.admission_nvml);
-  flag("leaked", r.leaked());
-  flag("complete", r.complete());
-  const auto strings = [&out](const char* key, const std::vector<std::string>& list) {
-    out += ",\"";
-    out += key;
-    out += "\":[";
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      if (i != 0) out += ',';
-      json_string(out, list[i]);
-    }
-    out += ']';
-  };
-  strings("unknown", r.unknown);
-  strings("errors", r.errors);
-  out += ",\"leaks\":[";
-  for (std::size_t i = 0; i < r.leaks.size(); ++i) {
-    const leaked_allocation& l = r.leaks[i];
-    out += (i == 0 ? "{\"bytes\":" : ",{\"bytes\":") + std::to_string(l.bytes) +
-           ",\"pointer\":" + json_pointer(l.pointer) +
-           ",\"stream\":" + json_pointer(static_cast<const void*>(l.stream)) + ",\"tag\":";
-    json_string(out, l.tag);
-    out += ",\"file\":";
-    json_string(out, l.file);
-    out += ",\"line\":" + std::to_string(l.line) + ",\"session\":";
-    json_string(out, l.session);
-    out += "}";
-  }
-  out += "]}";
-  return out;
-}
+[[nodiscard]] std::string to_json(const session_report& r);
 
 /// @brief Thrown by session::finish() under leak_policy::throw_exception.
 class session_leak_error : public std::runtime_error {
@@ -770,6 +575,205 @@ class session {
 };
 
 #if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+
+inline std::string session_report::to_string() const {
+  using detail::format_bytes;
+  const auto figure = [&](const char* member, std::size_t bytes) {
+    return known(member) ? format_bytes(bytes) : std::string("unknown");
+  };
+  std::string admission;  // what the admission asked and found
+  if (admission_required_bytes != 0) {
+    admission = std::string(admission_refused ? "  REFUSED: " : "  admitted: ") +
+                format_bytes(admission_required_bytes) + " asked, " +
+                format_bytes(admission_available_bytes) + " available at entry (" +
+                format_bytes(admission_free_bytes) + " free on the device";
+    if (admission_cached_bytes != 0)
+      admission += " and " + format_bytes(admission_cached_bytes) + " cached in the pool";
+    admission += ")";
+    if (admission_trimmed)
+      admission += " after a trim that returned " + format_bytes(admission_returned_bytes);
+    if (admission_process_bytes)
+      admission += "; this process holds " + format_bytes(*admission_process_bytes) +
+                   ", other processes " +
+                   format_bytes(admission_other_processes_bytes.value_or(0)) +
+                   " (NVML: " + admission_nvml + ")";
+    else
+      admission += "; NVML " + admission_nvml;
+    admission += "\n";
+  }
+  const std::string who = "session '" + (name.empty() ? std::string("unnamed") : name) +
+                          "' on device " + std::to_string(device);
+  if (admission_refused) return who + ", refused by its admission\n" + admission;
+  char time[32];
+  std::snprintf(time, sizeof time, "%.3f s", seconds);
+  std::string s = who + ", " + time + (unwinding ? " (ended by an exception)" : "") + "\n";
+  s += "  peak in use " + figure("peak_used_bytes", peak_used_bytes) + ", peak reserved " +
+       figure("peak_reserved_bytes", peak_reserved_bytes) +
+       (concurrent ? " (of the pool, shared)" : "") + "; its own allocations peaked at " +
+       format_bytes(tracked_peak_bytes) + "\n";
+  s += "  " + std::to_string(allocations) + " allocation" + (allocations == 1 ? "" : "s") + ", " +
+       std::to_string(frees) + " freed";
+  if (budget_refusals + pool_refusals + retries != 0)
+    s += "; refused: " + std::to_string(budget_refusals) + " by a budget, " +
+         std::to_string(pool_refusals) + " by the pool; " + std::to_string(retries) + " retried";
+  s += "\n";
+  s += "  returned to the driver " + figure("returned_bytes", returned_bytes) + " (reserve " +
+       figure("reserved_at_finish_bytes", reserved_at_finish_bytes) + " -> " +
+       figure("reserved_at_exit_bytes", reserved_at_exit_bytes) +
+       (trimmed         ? ", trimmed"
+        : trim_deferred ? ", trim left to the last session open"
+                        : ", not trimmed") +
+       "; " + format_bytes(reserved_at_entry_bytes) + " at entry" +
+       (synchronized_device ? "; synchronized the device" : "") + ")\n";
+  s += "  device free " + format_bytes(driver_free_at_entry_bytes) + " at entry, " +
+       figure("driver_free_at_exit_bytes", driver_free_at_exit_bytes) + " at exit";
+  if (known("driver_free_at_exit_bytes")) {
+    const bool gained = driver_free_at_exit_bytes >= driver_free_at_entry_bytes;
+    const std::size_t delta = gained ? driver_free_at_exit_bytes - driver_free_at_entry_bytes
+                                     : driver_free_at_entry_bytes - driver_free_at_exit_bytes;
+    s += std::string(" (") + (gained ? "+" : "-") + format_bytes(delta) + ")";
+  }
+  s += " of " + format_bytes(driver_total_bytes) + "\n";
+  if (!complete()) {
+    s += "  INCOMPLETE: " + std::to_string(errors.size()) + " step" +
+         (errors.size() == 1 ? "" : "s") + " of the end failed";
+    if (!unknown.empty()) {
+      s += "; unknown:";
+      for (const std::string& u : unknown)
+        s += " " + u;
+    }
+    s += "\n";
+    for (const std::string& e : errors)
+      s += "    " + e + "\n";
+  }
+  if (graph_trimmed || graph_reserved_bytes != 0 || !known("graph_reserved_bytes"))
+    s += "  graph memory " + figure("graph_used_bytes", graph_used_bytes) + " in use, " +
+         figure("graph_reserved_bytes", graph_reserved_bytes) + " reserved" +
+         (graph_trimmed
+              ? " (trimmed, " + figure("graph_returned_bytes", graph_returned_bytes) + " returned)"
+              : " (not trimmed)") +
+         "\n";
+  if (admission_required_bytes != 0) s += admission;
+  if (leaked_allocations != 0) {
+    s += "  LEAKED " + std::to_string(leaked_allocations) + " allocation" +
+         (leaked_allocations == 1 ? "" : "s") + ", " + format_bytes(leaked_bytes) + ":\n";
+    constexpr std::size_t shown = 16;
+    for (std::size_t i = 0; i < leaks.size() && i < shown; ++i) {
+      const leaked_allocation& l = leaks[i];
+      s += "    " + format_bytes(l.bytes) + " at " + detail::format_pointer(l.pointer) +
+           " on stream " + detail::format_pointer(static_cast<const void*>(l.stream));
+      if (!l.tag.empty()) s += ", '" + l.tag + "'";
+      if (!l.file.empty()) s += ", made at " + l.file + ":" + std::to_string(l.line);
+      if (l.session != name) s += ", in session '" + l.session + "'";
+      s += "\n";
+    }
+    if (leaks.size() > shown) s += "    and " + std::to_string(leaks.size() - shown) + " more\n";
+  }
+  if (untracked_bytes != 0)
+    s += std::string(untracked_leak ? "  LEAKED " : "  untracked: ") +
+         format_bytes(untracked_bytes) +
+         " more in use in the pool than at entry, not allocated through the session" +
+         (untracked_leak ? "" : " (not counted as a leak)") + "\n";
+  if (!leaked()) s += "  no leaks\n";
+  return s;
+}
+
+inline std::string to_json(const session_report& r) {
+  using detail::json_pointer;
+  using detail::json_string;
+  std::string out = "{\"version\":" + std::to_string(session_report::json_version) + ",\"name\":";
+  json_string(out, r.name);
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.9g", r.seconds);
+  out += ",\"device\":" + std::to_string(r.device) + ",\"seconds\":" + seconds;
+  // A figure that a failed step left unknown (session_report::unknown) is null.
+  const auto number = [&out, &r](const char* key, std::size_t value) {
+    out += ",\"";
+    out += key;
+    out += "\":" + (r.known(key) ? std::to_string(value) : std::string("null"));
+  };
+  const auto flag = [&out](const char* key, bool value) {
+    out += ",\"";
+    out += key;
+    out += value ? "\":true" : "\":false";
+  };
+  number("reserved_at_entry_bytes", r.reserved_at_entry_bytes);
+  number("reserved_at_finish_bytes", r.reserved_at_finish_bytes);
+  number("reserved_at_exit_bytes", r.reserved_at_exit_bytes);
+  number("used_at_entry_bytes", r.used_at_entry_bytes);
+  number("used_at_exit_bytes", r.used_at_exit_bytes);
+  number("peak_used_bytes", r.peak_used_bytes);
+  number("peak_reserved_bytes", r.peak_reserved_bytes);
+  number("returned_bytes", r.returned_bytes);
+  number("driver_free_at_entry_bytes", r.driver_free_at_entry_bytes);
+  number("driver_free_at_exit_bytes", r.driver_free_at_exit_bytes);
+  number("driver_total_bytes", r.driver_total_bytes);
+  number("tracked_peak_bytes", r.tracked_peak_bytes);
+  number("leaked_allocations", r.leaked_allocations);
+  number("leaked_bytes", r.leaked_bytes);
+  number("allocations", r.allocations);
+  number("frees", r.frees);
+  number("budget_refusals", r.budget_refusals);
+  number("pool_refusals", r.pool_refusals);
+  number("retries", r.retries);
+  number("untracked_bytes", r.untracked_bytes);
+  flag("untracked_leak", r.untracked_leak);
+  number("graph_used_bytes", r.graph_used_bytes);
+  number("graph_reserved_bytes", r.graph_reserved_bytes);
+  number("graph_returned_bytes", r.graph_returned_bytes);
+  flag("graph_trimmed", r.graph_trimmed);
+  flag("trimmed", r.trimmed);
+  flag("trim_deferred", r.trim_deferred);
+  flag("concurrent", r.concurrent);
+  flag("synchronized_device", r.synchronized_device);
+  flag("unwinding", r.unwinding);
+  number("admission_required_bytes", r.admission_required_bytes);
+  number("admission_available_bytes", r.admission_available_bytes);
+  flag("admission_trimmed", r.admission_trimmed);
+  number("admission_returned_bytes", r.admission_returned_bytes);
+  flag("admission_refused", r.admission_refused);
+  number("admission_free_bytes", r.admission_free_bytes);
+  number("admission_cached_bytes", r.admission_cached_bytes);
+  number("admission_graph_reserved_bytes", r.admission_graph_reserved_bytes);
+  const auto maybe = [&out](const char* key, const std::optional<std::size_t>& value) {
+    out += ",\"";
+    out += key;
+    out += "\":" + (value ? std::to_string(*value) : std::string("null"));
+  };
+  maybe("admission_process_bytes", r.admission_process_bytes);
+  maybe("admission_other_processes_bytes", r.admission_other_processes_bytes);
+  out += ",\"admission_nvml\":";
+  json_string(out, r.admission_nvml);
+  flag("leaked", r.leaked());
+  flag("complete", r.complete());
+  const auto strings = [&out](const char* key, const std::vector<std::string>& list) {
+    out += ",\"";
+    out += key;
+    out += "\":[";
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (i != 0) out += ',';
+      json_string(out, list[i]);
+    }
+    out += ']';
+  };
+  strings("unknown", r.unknown);
+  strings("errors", r.errors);
+  out += ",\"leaks\":[";
+  for (std::size_t i = 0; i < r.leaks.size(); ++i) {
+    const leaked_allocation& l = r.leaks[i];
+    out += (i == 0 ? "{\"bytes\":" : ",{\"bytes\":") + std::to_string(l.bytes) +
+           ",\"pointer\":" + json_pointer(l.pointer) +
+           ",\"stream\":" + json_pointer(static_cast<const void*>(l.stream)) + ",\"tag\":";
+    json_string(out, l.tag);
+    out += ",\"file\":";
+    json_string(out, l.file);
+    out += ",\"line\":" + std::to_string(l.line) + ",\"session\":";
+    json_string(out, l.session);
+    out += "}";
+  }
+  out += "]}";
+  return out;
+}
 
 inline void session::deallocate(stream_ref stream, void* ptr, std::size_t bytes) {
   if (ptr == nullptr) return;
