@@ -194,27 +194,8 @@ namespace detail {
 
 /// The half of free_async_nothrow that is not a successful free on a stream other than a default
 /// one: a default stream (made current on device first), or status, a failed free, to report.
-CUSCOPE_DETAIL_NOINLINE inline bool free_async_slow(void* ptr, cudaStream_t stream, int device,
-                                                    std::size_t bytes,
-                                                    cudaError_t status) noexcept {
-  const stream_device_guard_nothrow on(stream, device);
-  if (status == cudaSuccess) {  // not tried yet: a default stream
-    status = cudaFreeAsync(ptr, stream);
-    if (status == cudaSuccess) return true;
-  }
-  // In a stream capture, a free becomes a graph node and must name memory the graph allocated.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  const bool capturing = cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
-                         capture != cudaStreamCaptureStatusNone;
-  return cleanup_ok(status, "cudaFreeAsync(ptr, stream)",
-                    capturing ? "device memory of a pool, freed in a stream capture that did not "
-                                "allocate it (free it before the capture begins or after it ends)"
-                    : status == cudaErrorInvalidValue
-                        ? "device memory of a pool, which CUDA does not know as the start of a "
-                          "live allocation (freed twice, or adopted by two owners)"
-                        : "device memory of a pool",
-                    ptr, __FILE__, __LINE__, bytes);
-}
+bool free_async_slow(void* ptr, cudaStream_t stream, int device, std::size_t bytes,
+                     cudaError_t status) noexcept;
 
 /// Frees ptr, bytes of memory of a pool on device, in stream order on stream; never throws. A
 /// default stream handle names the default stream of device, as in pool_base::deallocate. False
@@ -230,17 +211,7 @@ CUSCOPE_DETAIL_HOT_INLINE inline bool free_async_nothrow(void* ptr, cudaStream_t
 /// The limit on pool's reserved memory that the driver enforces (cudaMemPoolAttrMaxPoolSize, which
 /// drivers of CUDA 13.2 and newer answer whatever the headers say), or asked where the driver does
 /// not answer. Drivers round maxSize up: CCCL's tests see a 1 MiB limit refuse only 33 MiB.
-inline std::size_t enforced_max_bytes(cudaMemPool_t pool, std::size_t asked) noexcept {
-  constexpr int max_pool_size = 0xD;  // cudaMemPoolAttrMaxPoolSize, named from CUDA 13.2 on
-  std::uint64_t limit = 0;
-  if (cudaMemPoolGetAttribute(pool, static_cast<cudaMemPoolAttr>(max_pool_size), &limit) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();  // an older driver: cudaErrorInvalidValue
-    return asked;
-  }
-  const std::size_t enforced = limit;
-  return enforced < asked ? asked : enforced;
-}
+std::size_t enforced_max_bytes(cudaMemPool_t pool, std::size_t asked) noexcept;
 
 /// What memory_pool and memory_pool_ref share: every query and operation on a pool handle.
 template <class Derived>
@@ -413,30 +384,15 @@ class memory_pool_ref : public detail::pool_base<memory_pool_ref> {
  public:
   /// @brief Refers to handle, a pool on device.
   /// @throws std::invalid_argument for a null handle.
-  memory_pool_ref(cudaMemPool_t handle, int device) : handle_(handle), device_(device) {
-    if (handle == nullptr)
-      throw std::invalid_argument("cuscope::memory_pool_ref: null cudaMemPool_t");
-  }
+  memory_pool_ref(cudaMemPool_t handle, int device);
   memory_pool_ref(std::nullptr_t, int) = delete;
 
   /// @brief The default pool of device, shared with every other library in the process. Read its
   /// statistics and allocate from it; by convention do not change its attributes.
-  [[nodiscard]] static memory_pool_ref device_default(int device) {
-    detail::check_device(device, "cuscope::memory_pool_ref::device_default");
-    cudaMemPool_t handle = nullptr;
-    CUSCOPE_DETAIL_TRY_FOR(cudaDeviceGetDefaultMemPool(&handle, device),
-                           "device " + std::to_string(device));
-    return memory_pool_ref(handle, device);
-  }
+  [[nodiscard]] static memory_pool_ref device_default(int device);
 
   /// @brief The pool cudaMallocAsync currently uses on device (cudaDeviceGetMemPool).
-  [[nodiscard]] static memory_pool_ref device_current(int device) {
-    detail::check_device(device, "cuscope::memory_pool_ref::device_current");
-    cudaMemPool_t handle = nullptr;
-    CUSCOPE_DETAIL_TRY_FOR(cudaDeviceGetMemPool(&handle, device),
-                           "device " + std::to_string(device));
-    return memory_pool_ref(handle, device);
-  }
+  [[nodiscard]] static memory_pool_ref device_current(int device);
 
   /// @brief The raw handle.
   [[nodiscard]] cudaMemPool_t get() const noexcept { return handle_; }
@@ -561,6 +517,40 @@ class memory_pool : public detail::pool_base<memory_pool> {
 
 #if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
 namespace cuscope::detail {
+
+CUSCOPE_DETAIL_NOINLINE inline bool free_async_slow(void* ptr, cudaStream_t stream, int device,
+                                                    std::size_t bytes,
+                                                    cudaError_t status) noexcept {
+  const stream_device_guard_nothrow on(stream, device);
+  if (status == cudaSuccess) {  // not tried yet: a default stream
+    status = cudaFreeAsync(ptr, stream);
+    if (status == cudaSuccess) return true;
+  }
+  // In a stream capture, a free becomes a graph node and must name memory the graph allocated.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  const bool capturing = cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
+                         capture != cudaStreamCaptureStatusNone;
+  return cleanup_ok(status, "cudaFreeAsync(ptr, stream)",
+                    capturing ? "device memory of a pool, freed in a stream capture that did not "
+                                "allocate it (free it before the capture begins or after it ends)"
+                    : status == cudaErrorInvalidValue
+                        ? "device memory of a pool, which CUDA does not know as the start of a "
+                          "live allocation (freed twice, or adopted by two owners)"
+                        : "device memory of a pool",
+                    ptr, __FILE__, __LINE__, bytes);
+}
+
+inline std::size_t enforced_max_bytes(cudaMemPool_t pool, std::size_t asked) noexcept {
+  constexpr int max_pool_size = 0xD;  // cudaMemPoolAttrMaxPoolSize, named from CUDA 13.2 on
+  std::uint64_t limit = 0;
+  if (cudaMemPoolGetAttribute(pool, static_cast<cudaMemPoolAttr>(max_pool_size), &limit) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();  // an older driver: cudaErrorInvalidValue
+    return asked;
+  }
+  const std::size_t enforced = limit;
+  return enforced < asked ? asked : enforced;
+}
 
 template <class Derived>
 pool_stats pool_base<Derived>::stats() const {
@@ -1009,6 +999,33 @@ inline void memory_pool::destroy() noexcept {
       CUSCOPE_DETAIL_CLEANUP(cudaMemPoolDestroy(handle_), "cuscope::memory_pool", handle_))
     detail::pool_directory::get().destroyed(handle_, device_);
   handle_ = nullptr;
+}
+
+}  // namespace cuscope
+#endif  // CUSCOPE_DETAIL_HOST_CODE
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+namespace cuscope {
+
+inline memory_pool_ref::memory_pool_ref(cudaMemPool_t handle, int device)
+    : handle_(handle), device_(device) {
+  if (handle == nullptr)
+    throw std::invalid_argument("cuscope::memory_pool_ref: null cudaMemPool_t");
+}
+
+inline memory_pool_ref memory_pool_ref::device_default(int device) {
+  detail::check_device(device, "cuscope::memory_pool_ref::device_default");
+  cudaMemPool_t handle = nullptr;
+  CUSCOPE_DETAIL_TRY_FOR(cudaDeviceGetDefaultMemPool(&handle, device),
+                         "device " + std::to_string(device));
+  return memory_pool_ref(handle, device);
+}
+
+inline memory_pool_ref memory_pool_ref::device_current(int device) {
+  detail::check_device(device, "cuscope::memory_pool_ref::device_current");
+  cudaMemPool_t handle = nullptr;
+  CUSCOPE_DETAIL_TRY_FOR(cudaDeviceGetMemPool(&handle, device), "device " + std::to_string(device));
+  return memory_pool_ref(handle, device);
 }
 
 }  // namespace cuscope
