@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -116,10 +115,7 @@ class recorder final : public detail::recorder_hook {
   recorder& operator=(const recorder&) = delete;
   recorder(recorder&&) = delete;
   recorder& operator=(recorder&&) = delete;
-  ~recorder() override {
-    detail::detach_hook(this);
-    delete[] slots_;
-  }
+  ~recorder() override;
 
   /// @brief Events the ring holds.
   [[nodiscard]] std::size_t capacity() const noexcept { return mask_ + 1; }
@@ -219,15 +215,30 @@ class recorder final : public detail::recorder_hook {
   std::int64_t interval_ns_ = 0;
   std::uint64_t start_ticks_;
   std::chrono::steady_clock::time_point start_;
-  mutable std::mutex names_mutex_;
-  std::vector<recorded_session> sessions_;
-  std::vector<std::pair<cudaMemPool_t, std::string>> pool_names_;
+  // The sessions and the pools' names, under their lock; defined with the members, so that
+  // nvcc's device passes need no <mutex>.
+  struct names;
+  names* names_ = nullptr;  // owned
 };
 
 }  // namespace cuscope
 
 #if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+#  include <mutex>
+
 namespace cuscope {
+
+struct recorder::names {
+  std::mutex mutex;
+  std::vector<recorded_session> sessions;
+  std::vector<std::pair<cudaMemPool_t, std::string>> pools;
+};
+
+inline recorder::~recorder() {
+  detail::detach_hook(this);
+  delete[] slots_;
+  delete names_;
+}
 
 inline recorder::recorder(recorder_options options)
     : detail::recorder_hook(&steady_ticks),
@@ -239,7 +250,13 @@ inline recorder::recorder(recorder_options options)
   while (cap < options.capacity)
     cap <<= 1;
   mask_ = cap - 1;
-  slots_ = new slot[cap];  // owned: deleted by ~recorder
+  names_ = new names;
+  try {
+    slots_ = new slot[cap];
+  } catch (...) {
+    delete names_;
+    throw;
+  }
   for (std::size_t i = 0; i < cap; ++i)
     slots_[i].seq.store(0, std::memory_order_relaxed);
   interval_ns_ = options.sample_interval.count() < 0 ? 0 : options.sample_interval.count();
@@ -270,24 +287,24 @@ inline std::vector<memory_event> recorder::events() const {
 }
 
 inline std::vector<recorded_session> recorder::sessions() const {
-  const std::lock_guard<std::mutex> lock(names_mutex_);
-  return sessions_;
+  const std::lock_guard<std::mutex> lock(names_->mutex);
+  return names_->sessions;
 }
 
 inline void recorder::name_pool(cudaMemPool_t pool, std::string name) {
-  const std::lock_guard<std::mutex> lock(names_mutex_);
-  for (auto& p : pool_names_) {
+  const std::lock_guard<std::mutex> lock(names_->mutex);
+  for (auto& p : names_->pools) {
     if (p.first == pool) {
       p.second = std::move(name);
       return;
     }
   }
-  pool_names_.emplace_back(pool, std::move(name));
+  names_->pools.emplace_back(pool, std::move(name));
 }
 
 inline std::vector<std::pair<cudaMemPool_t, std::string>> recorder::pool_names() const {
-  const std::lock_guard<std::mutex> lock(names_mutex_);
-  return pool_names_;
+  const std::lock_guard<std::mutex> lock(names_->mutex);
+  return names_->pools;
 }
 
 inline double recorder::nanoseconds_per_tick() const noexcept {
@@ -324,9 +341,9 @@ inline std::uint32_t recorder::begin_session(const std::string& name, std::uint3
                                              int device, cudaMemPool_t pool) noexcept {
   std::uint32_t id = 0;
   try {
-    const std::lock_guard<std::mutex> lock(names_mutex_);
-    id = static_cast<std::uint32_t>(sessions_.size() + 1);
-    sessions_.push_back(recorded_session{id, parent, name, device, pool});
+    const std::lock_guard<std::mutex> lock(names_->mutex);
+    id = static_cast<std::uint32_t>(names_->sessions.size() + 1);
+    names_->sessions.push_back(recorded_session{id, parent, name, device, pool});
   } catch (...) {
     return 0;
   }
@@ -341,10 +358,10 @@ inline void recorder::end_session(std::uint32_t id, std::size_t leaked_allocatio
   int device = 0;
   cudaMemPool_t pool = nullptr;
   {
-    const std::lock_guard<std::mutex> lock(names_mutex_);
-    if (id > sessions_.size()) return;
-    device = sessions_[id - 1].device;
-    pool = sessions_[id - 1].pool;
+    const std::lock_guard<std::mutex> lock(names_->mutex);
+    if (id > names_->sessions.size()) return;
+    device = names_->sessions[id - 1].device;
+    pool = names_->sessions[id - 1].pool;
   }
   sample(device, pool);
   put(ticks(), memory_event_kind::session_end, id, device, pool, nullptr, nullptr, leaked_bytes,
