@@ -19,6 +19,7 @@
 #include "detail/batch_pipeline.hpp"
 #include "detail/batch_plan.hpp"
 #include "detail/callback.hpp"
+#include "detail/config.hpp"
 #include "device_span.hpp"
 #include "memory_pool.hpp"
 #include "stream.hpp"
@@ -430,13 +431,7 @@ template <class R>
 using source_value_t = std::remove_cv_t<range_value_t<const R>>;
 
 // Elements of samples samples, refusing an overflow.
-inline std::size_t sample_elements_of(std::size_t samples, const batch_options& options) {
-  const std::size_t per = options.sample_elements == 0 ? 1 : options.sample_elements;
-  if (samples > std::numeric_limits<std::size_t>::max() / per)
-    throw std::length_error("cuscope::batches: " + std::to_string(samples) + " samples of " +
-                            std::to_string(per) + " elements overflow the element count");
-  return samples * per;
-}
+std::size_t sample_elements_of(std::size_t samples, const batch_options& options);
 
 }  // namespace detail
 
@@ -591,3 +586,17 @@ template <class Session, class T, detail::if_session<Session> = 0>
 }
 
 }  // namespace cuscope
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+namespace cuscope::detail {
+
+inline std::size_t sample_elements_of(std::size_t samples, const batch_options& options) {
+  const std::size_t per = options.sample_elements == 0 ? 1 : options.sample_elements;
+  if (samples > std::numeric_limits<std::size_t>::max() / per)
+    throw std::length_error("cuscope::batches: " + std::to_string(samples) + " samples of " +
+                            std::to_string(per) + " elements overflow the element count");
+  return samples * per;
+}
+
+}  // namespace cuscope::detail
+#endif  // CUSCOPE_DETAIL_HOST_CODE

@@ -90,31 +90,12 @@ class scoped_device {
  public:
   /// @brief Makes device current.
   /// @throws std::invalid_argument when device does not exist.
-  explicit scoped_device(int device) {
-    const cudaError_t current = cudaGetDevice(&previous_);
-    if (current != cudaSuccess) {
-      (void)cudaGetLastError();
-      detail::check_device(device, "cuscope::scoped_device");
-      CUSCOPE_DETAIL_CHECK_FOR(current, "cudaGetDevice(&previous_)", std::string("current device"));
-    }
-    if (device != previous_) {
-      const cudaError_t status = cudaSetDevice(device);
-      if (status == cudaErrorInvalidDevice) {
-        (void)cudaGetLastError();
-        detail::check_device(device, "cuscope::scoped_device");
-      }
-      CUSCOPE_DETAIL_CHECK_FOR(status, "cudaSetDevice(device)", "device " + std::to_string(device));
-      switched_ = true;
-    }
-  }
+  explicit scoped_device(int device);
   scoped_device(const scoped_device&) = delete;
   scoped_device& operator=(const scoped_device&) = delete;
 
   /// @brief Restores the device that was current at construction.
-  ~scoped_device() {
-    // A destructor cannot throw: a failed restore is tried once more, then reported.
-    if (switched_) (void)detail::restore_device_nothrow(previous_, "cuscope::scoped_device");
-  }
+  ~scoped_device();
 
  private:
   int previous_ = 0;
@@ -146,16 +127,7 @@ class stream_device_guard {
 /// stream_device_guard for destructors: never throws; when the switch fails nothing changes.
 class stream_device_guard_nothrow {
  public:
-  stream_device_guard_nothrow(cudaStream_t stream, int device) noexcept {
-    if (!is_default_stream(stream)) return;
-    int current = 0;
-    if (!CUSCOPE_DETAIL_CLEANUP(cudaGetDevice(&current), "the device of a default stream",
-                                stream) ||
-        current == device)
-      return;
-    if (CUSCOPE_DETAIL_CLEANUP(cudaSetDevice(device), "the device of a default stream", stream))
-      previous_ = current;
-  }
+  stream_device_guard_nothrow(cudaStream_t stream, int device) noexcept;
   stream_device_guard_nothrow(const stream_device_guard_nothrow&) = delete;
   stream_device_guard_nothrow& operator=(const stream_device_guard_nothrow&) = delete;
   ~stream_device_guard_nothrow() {
@@ -171,21 +143,7 @@ class stream_device_guard_nothrow {
 /// is restored as restore_device_nothrow does.
 class device_switch_nothrow {
  public:
-  explicit device_switch_nothrow(int device) noexcept {
-    int current = 0;
-    if (cudaGetDevice(&current) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return;
-    }
-    if (current != device) {
-      if (cudaSetDevice(device) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return;
-      }
-      previous_ = current;
-    }
-    ok_ = true;
-  }
+  explicit device_switch_nothrow(int device) noexcept;
   device_switch_nothrow(const device_switch_nothrow&) = delete;
   device_switch_nothrow& operator=(const device_switch_nothrow&) = delete;
   ~device_switch_nothrow() {
@@ -201,3 +159,65 @@ class device_switch_nothrow {
 
 }  // namespace detail
 }  // namespace cuscope
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+namespace cuscope {
+
+inline scoped_device::scoped_device(int device) {
+  const cudaError_t current = cudaGetDevice(&previous_);
+  if (current != cudaSuccess) {
+    (void)cudaGetLastError();
+    detail::check_device(device, "cuscope::scoped_device");
+    CUSCOPE_DETAIL_CHECK_FOR(current, "cudaGetDevice(&previous_)", std::string("current device"));
+  }
+  if (device != previous_) {
+    const cudaError_t status = cudaSetDevice(device);
+    if (status == cudaErrorInvalidDevice) {
+      (void)cudaGetLastError();
+      detail::check_device(device, "cuscope::scoped_device");
+    }
+    CUSCOPE_DETAIL_CHECK_FOR(status, "cudaSetDevice(device)", "device " + std::to_string(device));
+    switched_ = true;
+  }
+}
+
+inline scoped_device::~scoped_device() {
+  // A destructor cannot throw: a failed restore is tried once more, then reported.
+  if (switched_) (void)detail::restore_device_nothrow(previous_, "cuscope::scoped_device");
+}
+
+}  // namespace cuscope
+#endif  // CUSCOPE_DETAIL_HOST_CODE
+
+#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
+namespace cuscope::detail {
+
+inline stream_device_guard_nothrow::stream_device_guard_nothrow(cudaStream_t stream,
+                                                                int device) noexcept {
+  if (!is_default_stream(stream)) return;
+  int current = 0;
+  if (!CUSCOPE_DETAIL_CLEANUP(cudaGetDevice(&current), "the device of a default stream", stream) ||
+      current == device)
+    return;
+  if (CUSCOPE_DETAIL_CLEANUP(cudaSetDevice(device), "the device of a default stream", stream))
+    previous_ = current;
+}
+
+inline device_switch_nothrow::device_switch_nothrow(int device) noexcept {
+  int current = 0;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (current != device) {
+    if (cudaSetDevice(device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    previous_ = current;
+  }
+  ok_ = true;
+}
+
+}  // namespace cuscope::detail
+#endif  // CUSCOPE_DETAIL_HOST_CODE

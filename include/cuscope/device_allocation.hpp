@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "detail/config.hpp"
 #include "detail/format.hpp"
 #include "detail/ledger_fwd.hpp"
 #include "error.hpp"

@@ -224,12 +224,6 @@ inline std::string event_ref::describe() const {
   return "event " + detail::format_pointer(static_cast<const void*>(event_));
 }
 
-}  // namespace cuscope
-#endif  // CUSCOPE_DETAIL_HOST_CODE
-
-#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
-namespace cuscope {
-
 inline event::event(const event_options& options) {
   if (options.interprocess && options.timing)
     throw std::invalid_argument(

@@ -1001,12 +1001,6 @@ inline void memory_pool::destroy() noexcept {
   handle_ = nullptr;
 }
 
-}  // namespace cuscope
-#endif  // CUSCOPE_DETAIL_HOST_CODE
-
-#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
-namespace cuscope {
-
 inline memory_pool_ref::memory_pool_ref(cudaMemPool_t handle, int device)
     : handle_(handle), device_(device) {
   if (handle == nullptr)

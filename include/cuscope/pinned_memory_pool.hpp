@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "detail/config.hpp"
 #include "device.hpp"
 #include "error.hpp"
 #include "memory_pool.hpp"

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "detail/config.hpp"
 #include "detail/recorder_hook.hpp"
 #include "device.hpp"
 

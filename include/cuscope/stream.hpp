@@ -252,12 +252,6 @@ inline std::string stream_ref::describe() const {
   return "stream " + detail::format_pointer(static_cast<const void*>(stream_));
 }
 
-}  // namespace cuscope
-#endif  // CUSCOPE_DETAIL_HOST_CODE
-
-#if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
-namespace cuscope {
-
 inline stream::stream(const stream_options& options) : flags_(options.flags) {
   device_ = options.device == -1 ? current_device() : options.device;
   detail::check_device(device_, "cuscope::stream");

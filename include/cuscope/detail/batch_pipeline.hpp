@@ -29,6 +29,7 @@
 #include "../stream.hpp"
 #include "batch_plan.hpp"
 #include "callback.hpp"
+#include "config.hpp"
 #include "ledger_fwd.hpp"
 
 namespace cuscope::detail {

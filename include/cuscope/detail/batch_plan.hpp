@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "config.hpp"
+
 namespace cuscope::detail {
 
 class ledger;

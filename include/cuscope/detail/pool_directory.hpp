@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "config.hpp"
+
 namespace cuscope::detail {
 
 class pool_directory {
