@@ -231,10 +231,10 @@ namespace cuscope {
 
 namespace detail {
 
-inline void* accounted_allocate(const memory_pool_ref& pool, stream_ref stream, std::size_t bytes,
-                                ledger* accounting, const char* who, const char* tag,
-                                const char* file, unsigned line, alloc_policy policy) {
-  if (accounting == nullptr || bytes == 0) return pool.allocate(stream, bytes, policy);
+// accounted_allocate() for a session's ledger (not nullptr) and bytes > 0, out of line.
+CUSCOPE_DETAIL_NOINLINE inline void* accounted_allocate_counted(
+    const memory_pool_ref& pool, stream_ref stream, std::size_t bytes, ledger* accounting,
+    const char* who, const char* tag, const char* file, unsigned line, alloc_policy policy) {
   if (accounting->closed()) allocate_after_finish(*accounting, who);
   const bool charged = accounting->charge(bytes);
   void* p = nullptr;
@@ -254,15 +254,42 @@ inline void* accounted_allocate(const memory_pool_ref& pool, stream_ref stream, 
   return p;
 }
 
-inline bool free_recorded_nothrow(void* ptr, std::size_t bytes, cudaStream_t stream,
-                                  cudaMemPool_t pool, int device, ledger* accounting) noexcept {
-  if (ptr == nullptr) return true;
+// Without a session, the pool's own allocation inline; with one, out of line.
+CUSCOPE_DETAIL_HOT_INLINE inline void* accounted_allocate(const memory_pool_ref& pool,
+                                                          stream_ref stream, std::size_t bytes,
+                                                          ledger* accounting, const char* who,
+                                                          const char* tag, const char* file,
+                                                          unsigned line, alloc_policy policy) {
+  if (accounting == nullptr || bytes == 0)
+    return pool.allocate(stream, bytes, policy, record_target{});
+  return accounted_allocate_counted(pool, stream, bytes, accounting, who, tag, file, line, policy);
+}
+
+// free_recorded_nothrow() for a session's ledger (not nullptr), out of line.
+CUSCOPE_DETAIL_NOINLINE inline bool free_counted_nothrow(void* ptr, std::size_t bytes,
+                                                         cudaStream_t stream, cudaMemPool_t pool,
+                                                         int device, ledger* accounting) noexcept {
   if (!free_async_nothrow(ptr, stream, device, bytes)) {
-    if (accounting != nullptr) accounting->abandon();
+    accounting->abandon();
     return false;
   }
-  const record_target target = accounting != nullptr ? accounting->recording() : record_target{};
-  if (may_record(target)) notify_free(target, device, pool, stream, ptr, bytes);
+  if (recorder_hook* h = accounting->hook())
+    h->record_free(device, pool, stream, ptr, bytes);
+  else if (any_pool_recorded())
+    notify_pool_free(device, pool, stream, ptr, bytes);
+  return true;
+}
+
+// Without a session, the free and the pool's recorder test inline; with one, out of line.
+CUSCOPE_DETAIL_HOT_INLINE inline bool free_recorded_nothrow(void* ptr, std::size_t bytes,
+                                                            cudaStream_t stream, cudaMemPool_t pool,
+                                                            int device,
+                                                            ledger* accounting) noexcept {
+  if (ptr == nullptr) return true;
+  if (accounting != nullptr)
+    return free_counted_nothrow(ptr, bytes, stream, pool, device, accounting);
+  if (!free_async_nothrow(ptr, stream, device, bytes)) return false;
+  if (any_pool_recorded()) notify_pool_free(device, pool, stream, ptr, bytes);
   return true;
 }
 

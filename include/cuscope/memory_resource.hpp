@@ -82,8 +82,8 @@ class pool_resource {
   /// synchronize. Returns nullptr for 0 bytes.
   /// @throws std::invalid_argument for an alignment the pool cannot honour; out_of_memory;
   /// cuda_error.
-  [[nodiscard]] void* allocate(stream_ref stream, std::size_t bytes,
-                               std::size_t alignment = max_alignment) {
+  [[nodiscard]] CUSCOPE_DETAIL_HOT_INLINE void* allocate(stream_ref stream, std::size_t bytes,
+                                                         std::size_t alignment = max_alignment) {
     check_alignment(alignment, bytes);
     return detail::accounted_allocate(pool_, stream, bytes, ledger_.get(),
                                       "cuscope::pool_resource");
@@ -91,8 +91,8 @@ class pool_resource {
 
   /// @brief Returns ptr to the pool in stream order on stream. Enqueued on stream; does not
   /// synchronize. Never throws: a failure goes to the cleanup handler, as in a destructor.
-  void deallocate(stream_ref stream, void* ptr, std::size_t bytes,
-                  std::size_t alignment = max_alignment) noexcept {
+  CUSCOPE_DETAIL_HOT_INLINE void deallocate(stream_ref stream, void* ptr, std::size_t bytes,
+                                            std::size_t alignment = max_alignment) noexcept {
     (void)alignment;
     free_nothrow(ptr, bytes, stream.get());
   }
@@ -126,13 +126,16 @@ class pool_resource {
   // CCCL 3.0 names ----------------------------------------------------------------------------
 
   /// @brief allocate(stream, bytes, alignment) under its CCCL 3.0 name.
-  [[nodiscard]] void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
+  [[nodiscard]] CUSCOPE_DETAIL_HOT_INLINE void* allocate_async(std::size_t bytes,
+                                                               std::size_t alignment,
+                                                               stream_ref stream) {
     return allocate(stream, bytes, alignment);
   }
 
   /// @brief deallocate(stream, ptr, bytes, alignment) under its CCCL 3.0 name.
-  void deallocate_async(void* ptr, std::size_t bytes, std::size_t alignment,
-                        stream_ref stream) noexcept {
+  CUSCOPE_DETAIL_HOT_INLINE void deallocate_async(void* ptr, std::size_t bytes,
+                                                  std::size_t alignment,
+                                                  stream_ref stream) noexcept {
     deallocate(stream, ptr, bytes, alignment);
   }
 
@@ -166,13 +169,19 @@ class pool_resource {
  private:
   void check_alignment(std::size_t alignment, std::size_t bytes) const {
     if (alignment == 0 || alignment > max_alignment || (alignment & (alignment - 1)) != 0)
-      throw std::invalid_argument("cuscope::pool_resource: alignment " + std::to_string(alignment) +
-                                  " for " + std::to_string(bytes) + " bytes from " +
-                                  pool_.describe() +
-                                  " is not a power of two up to 256, which is all a pool gives");
+      bad_alignment(alignment, bytes);
   }
 
-  void free_nothrow(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept {
+  [[noreturn]] CUSCOPE_DETAIL_COLD void bad_alignment(std::size_t alignment,
+                                                      std::size_t bytes) const {
+    throw std::invalid_argument("cuscope::pool_resource: alignment " + std::to_string(alignment) +
+                                " for " + std::to_string(bytes) + " bytes from " +
+                                pool_.describe() +
+                                " is not a power of two up to 256, which is all a pool gives");
+  }
+
+  CUSCOPE_DETAIL_HOT_INLINE void free_nothrow(void* ptr, std::size_t bytes,
+                                              cudaStream_t stream) noexcept {
     if (ptr == nullptr) return;
     if (!detail::free_recorded_nothrow(ptr, bytes, stream, pool_.get(), pool_.device(),
                                        ledger_.get()))

@@ -50,12 +50,12 @@ class thrust_temporary_allocator {
                              ledger* accounting = nullptr) noexcept
       : pool_(pool), stream_(stream.get()), ledger_(accounting) {}
 
-  char* allocate(std::size_t bytes) {
+  CUSCOPE_DETAIL_HOT_INLINE char* allocate(std::size_t bytes) {
     return static_cast<char*>(accounted_allocate(pool_, stream_ref(stream_), bytes, ledger_.get(),
                                                  "cuscope::thrust_policy"));
   }
 
-  void deallocate(char* ptr, std::size_t bytes) noexcept {
+  CUSCOPE_DETAIL_HOT_INLINE void deallocate(char* ptr, std::size_t bytes) noexcept {
     if (ptr == nullptr) return;
     if (free_recorded_nothrow(ptr, bytes, stream_, pool_.get(), pool_.device(), ledger_.get()) &&
         ledger_.get() != nullptr)
@@ -189,17 +189,15 @@ class thrust_allocator {
   /// @brief Storage for n elements from the pool, usable in stream order on the allocator's
   /// stream. Enqueued on that stream; does not synchronize.
   /// @throws std::length_error when n elements overflow the byte count; out_of_memory.
-  [[nodiscard]] pointer allocate(size_type n) {
-    if (n > max_size())
-      throw std::length_error("cuscope::thrust_allocator: " + std::to_string(n) + " elements of " +
-                              std::to_string(sizeof(T)) + " bytes overflow the byte count");
+  [[nodiscard]] CUSCOPE_DETAIL_HOT_INLINE pointer allocate(size_type n) {
+    if (n > max_size()) too_many(n);
     return pointer(static_cast<T*>(detail::accounted_allocate(
         pool_, stream(), n * sizeof(T), ledger_.get(), "cuscope::thrust_allocator")));
   }
 
   /// @brief Returns storage to the pool in stream order on the allocator's stream. Enqueued on
   /// that stream; does not synchronize. Never throws.
-  void deallocate(pointer p, size_type n) noexcept {
+  CUSCOPE_DETAIL_HOT_INLINE void deallocate(pointer p, size_type n) noexcept {
     if (p.get() == nullptr) return;
     if (detail::free_recorded_nothrow(static_cast<void*>(p.get()), n * sizeof(T), stream_,
                                       pool_.get(), pool_.device(), ledger_.get()) &&
@@ -233,6 +231,11 @@ class thrust_allocator {
   }
 
  private:
+  [[noreturn]] CUSCOPE_DETAIL_COLD static void too_many(size_type n) {
+    throw std::length_error("cuscope::thrust_allocator: " + std::to_string(n) + " elements of " +
+                            std::to_string(sizeof(T)) + " bytes overflow the byte count");
+  }
+
   thrust_allocator(stream_ref stream, memory_pool_ref pool, detail::ledger* accounting)
       : pool_(pool),
         stream_(stream.get()),
