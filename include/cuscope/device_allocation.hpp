@@ -240,8 +240,9 @@ CUSCOPE_DETAIL_NOINLINE inline void* accounted_allocate_counted(
   void* p = nullptr;
   try {
     p = pool.allocate(stream, bytes, policy, accounting->recording());
+    // Freed by pointer through the session or the adaptor, which hold the ledger themselves.
     (void)accounting->enter(p, bytes, stream.get(), tag != nullptr ? tag : who, file, line,
-                            charged);
+                            charged, false);
   } catch (const out_of_memory& e) {
     if (e.status() != cudaSuccess) accounting->refused(false);  // a budget counts its own
     accounting->cancel(bytes, charged);
@@ -269,10 +270,8 @@ CUSCOPE_DETAIL_HOT_INLINE inline void* accounted_allocate(const memory_pool_ref&
 CUSCOPE_DETAIL_NOINLINE inline bool free_counted_nothrow(void* ptr, std::size_t bytes,
                                                          cudaStream_t stream, cudaMemPool_t pool,
                                                          int device, ledger* accounting) noexcept {
-  if (!free_async_nothrow(ptr, stream, device, bytes)) {
-    accounting->abandon();
-    return false;
-  }
+  // A failed free leaves the allocation counted, as a leak; it holds no reference to drop.
+  if (!free_async_nothrow(ptr, stream, device, bytes)) return false;
   if (recorder_hook* h = accounting->hook())
     h->record_free(device, pool, stream, ptr, bytes);
   else if (any_pool_recorded())

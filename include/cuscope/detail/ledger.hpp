@@ -32,6 +32,7 @@ struct allocation_record {
   const char* tag = nullptr;   // the caller's, a string that outlives the allocation
   const char* file = nullptr;  // the call site
   unsigned line = 0;           // the call site; in a free slot, the next free slot
+  bool holds_ref = false;      // the allocation holds a reference to the ledger
 };
 
 /// A live allocation with the name of the session it was charged to.
@@ -162,12 +163,15 @@ class ledger {
 
   /// Counts the allocation of bytes at ptr on stream here and in every enclosing ledger (its
   /// bytes too, unless charge() took them: charged), remembers it for the leak report (tag, file,
-  /// line: strings that outlive it) and takes a reference for it; returns its slot. The stream is
+  /// line: strings that outlive it) and, for an allocation an object owns (holds_ref), takes a
+  /// reference for it; returns its slot. Memory freed by pointer (session::allocate, the
+  /// adaptors) takes none: only the session and the adaptors, which hold their own references,
+  /// can free it, so that memory of theirs never freed does not keep the ledger alive. The stream is
   /// noted here only: a nested session synchronizes its own streams, and passes them on to its
   /// parent when allocations outlive it (passed_on). Throws std::bad_alloc, changing nothing
   /// (rarely: the slots grow by doubling).
   std::uint32_t enter(const void* ptr, std::size_t bytes, cudaStream_t stream, const char* tag,
-                      const char* file, unsigned line, bool charged) {
+                      const char* file, unsigned line, bool charged, bool holds_ref = true) {
     if (stream != stream_) note_stream(stream);
     std::uint32_t slot = no_slot;
     {
@@ -175,8 +179,8 @@ class ledger {
       slot = free_slot_;
       if (slot == no_slot) slot = grow();
       free_slot_ = records_[slot].line;
-      records_[slot] = allocation_record{ptr, bytes, stream, tag, file, line};
-      ++refs_;
+      records_[slot] = allocation_record{ptr, bytes, stream, tag, file, line, holds_ref};
+      refs_ += holds_ref;
       ++count_;
       ++allocations_;
       if (!charged) add_bytes(bytes);
@@ -190,7 +194,8 @@ class ledger {
     return slot;
   }
 
-  /// Reverses charge() and enter() for the allocation in slot, and drops its reference. freed:
+  /// Reverses charge() and enter() for the allocation in slot, and drops its reference if it holds
+  /// one. freed:
   /// whether the memory was freed (counted in frees()), rather than released to the caller.
   void discharge(std::size_t bytes, std::uint32_t slot, bool freed = true) noexcept {
     for (ledger* l = parent_; l != nullptr; l = l->parent_) {
@@ -202,7 +207,9 @@ class ledger {
     bool last = false;
     {
       const std::lock_guard<spin_lock> lock(lock_);
+      bool ref = false;
       if (slot != no_slot) {
+        ref = records_[slot].holds_ref;
         records_[slot].ptr = nullptr;
         records_[slot].line = free_slot_;
         free_slot_ = slot;
@@ -210,7 +217,7 @@ class ledger {
       bytes_ -= bytes;
       --count_;
       frees_ += freed;
-      last = --refs_ == 0;
+      last = ref && --refs_ == 0;
     }
     if (last) destroy();
   }
@@ -434,7 +441,7 @@ class ledger {
   // Under lock_: a new free slot, the last; throws std::bad_alloc.
   CUSCOPE_DETAIL_NOINLINE std::uint32_t grow() {
     const auto slot = static_cast<std::uint32_t>(records_.size());
-    records_.push_back(allocation_record{nullptr, 0, nullptr, nullptr, nullptr, no_slot});
+    records_.push_back(allocation_record{nullptr, 0, nullptr, nullptr, nullptr, no_slot, false});
     return slot;
   }
 
