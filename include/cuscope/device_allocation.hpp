@@ -241,8 +241,8 @@ CUSCOPE_DETAIL_NOINLINE inline void* accounted_allocate_counted(
   try {
     p = pool.allocate(stream, bytes, policy, accounting->recording());
     // Freed by pointer through the session or the adaptor, which hold the ledger themselves.
-    (void)accounting->enter(p, bytes, stream.get(), tag != nullptr ? tag : who, file, line,
-                            charged, false);
+    (void)accounting->enter(p, bytes, stream.get(), tag != nullptr ? tag : who, file, line, charged,
+                            false);
   } catch (const out_of_memory& e) {
     if (e.status() != cudaSuccess) accounting->refused(false);  // a budget counts its own
     accounting->cancel(bytes, charged);

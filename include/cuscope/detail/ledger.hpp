@@ -166,8 +166,8 @@ class ledger {
   /// line: strings that outlive it) and, for an allocation an object owns (holds_ref), takes a
   /// reference for it; returns its slot. Memory freed by pointer (session::allocate, the
   /// adaptors) takes none: only the session and the adaptors, which hold their own references,
-  /// can free it, so that memory of theirs never freed does not keep the ledger alive. The stream is
-  /// noted here only: a nested session synchronizes its own streams, and passes them on to its
+  /// can free it, so that memory of theirs never freed does not keep the ledger alive. The stream
+  /// is noted here only: a nested session synchronizes its own streams, and passes them on to its
   /// parent when allocations outlive it (passed_on). Throws std::bad_alloc, changing nothing
   /// (rarely: the slots grow by doubling).
   std::uint32_t enter(const void* ptr, std::size_t bytes, cudaStream_t stream, const char* tag,
