@@ -58,6 +58,8 @@ TEST_CASE("session_options: from_env reads the trim policy, keep, budget and adm
   const env_var budget("CUSCOPE_SVC_ENV_BUDGET_BYTES", "25%");
   const env_var admit("CUSCOPE_SVC_ENV_ADMIT_BYTES", "0.5");
   const env_var admission("CUSCOPE_SVC_ENV_ADMISSION", "trim_and_retry");
+  const env_var cache("CUSCOPE_SVC_ENV_ADMISSION_CACHE", "off");
+  const env_var nvml("CUSCOPE_SVC_ENV_ADMISSION_NVML", "always");
   session_options defaults;
   defaults.admission.bytes = 7;
   const session_options o = session_options::from_env("svc_env", defaults);
@@ -71,11 +73,17 @@ TEST_CASE("session_options: from_env reads the trim policy, keep, budget and adm
   CHECK(o.admission.device_fraction == 0.5);
   CHECK(o.admission.bytes == 0);  // the variable replaces the code's admission
   CHECK(o.admission.on_shortfall == admission_policy::trim_and_retry);
+  CHECK_FALSE(o.admission.count_cache);
+  CHECK(o.admission.query_nvml == cuscope::nvml_query::always);
   CHECK_THAT(o.origin, contains("trim = off from CUSCOPE_SVC_ENV_TRIM=off"));
   CHECK_THAT(o.origin, contains("keep_bytes = 64.00 MiB from CUSCOPE_SVC_ENV_KEEP_BYTES=64MiB"));
   CHECK_THAT(o.origin, contains("from CUSCOPE_SVC_ENV_BUDGET_BYTES=25% of"));
   CHECK_THAT(o.origin, contains("admission = a fraction 0.5 of the device"));
   CHECK_THAT(o.origin, contains("admission.on_shortfall = trim_and_retry"));
+  CHECK_THAT(o.origin,
+             contains("admission.count_cache = off from CUSCOPE_SVC_ENV_ADMISSION_CACHE=off"));
+  CHECK_THAT(o.origin,
+             contains("admission.query_nvml = always from CUSCOPE_SVC_ENV_ADMISSION_NVML"));
   CHECK_THAT(o.origin, contains("; the rest from the code"));
 
   // The options do what they say: no trim at the end, and admission by half the device.
@@ -87,6 +95,7 @@ TEST_CASE("session_options: from_env reads the trim policy, keep, budget and adm
     const cuscope::session_report& r = work.finish();
     CHECK_FALSE(r.trimmed);
     CHECK(r.admission_required_bytes == total / 2);
+    CHECK_THAT(r.admission_nvml, !contains("not asked"));  // ADMISSION_NVML=always
   }
   CHECK(pool.stats().reserved_bytes == 32 * MiB);
   pool.trim_to(0);
@@ -109,6 +118,8 @@ TEST_CASE("session_options: from_env names the variable and its value in every e
   fails_with("CUSCOPE_SVC_ENV_BUDGET_BYTES", "12 parsecs", "a byte count");
   fails_with("CUSCOPE_SVC_ENV_ADMIT_BYTES", "150%", "a fraction of the device's memory");
   fails_with("CUSCOPE_SVC_ENV_ADMISSION", "wait", "refuse or trim_and_retry");
+  fails_with("CUSCOPE_SVC_ENV_ADMISSION_CACHE", "maybe", "on or off");
+  fails_with("CUSCOPE_SVC_ENV_ADMISSION_NVML", "sometimes", "never, on_refusal or always");
   CHECK_THROWS_WITH(session_options::from_env("svc-env"),
                     contains("the name \"svc-env\" may hold only letters, digits and '_'"));
   CHECK_THROWS_WITH(session_options::from_env(""), contains("the name is empty"));

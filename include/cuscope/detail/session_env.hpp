@@ -76,18 +76,23 @@ inline session_options session_options::from_env(const std::string& name, sessio
          value + " of " + detail::format_bytes(total) + " on device " + std::to_string(device));
   };
 
-  if (const char* text = std::getenv((prefix + "TRIM").c_str()); text != nullptr) {
+  // Reads one switch: on or off.
+  const auto on_off = [&](const char* suffix, const char* field, bool& store) {
+    const std::string variable = prefix + suffix;
+    const char* text = std::getenv(variable.c_str());
+    if (text == nullptr) return;
     const std::string value = text;
     if (value == "on" || value == "true" || value == "1" || value == "yes") {
-      options.trim = true;
+      store = true;
     } else if (value == "off" || value == "false" || value == "0" || value == "no") {
-      options.trim = false;
+      store = false;
     } else {
-      throw bad(prefix + "TRIM", value, "on or off (true/false, 1/0, yes/no)");
+      throw bad(variable, value, "on or off (true/false, 1/0, yes/no)");
     }
-    note(std::string("trim = ") + (options.trim ? "on" : "off") + " from " + prefix +
-         "TRIM=" + value);
-  }
+    note(std::string(field) + " = " + (store ? "on" : "off") + " from " + variable + "=" + value);
+  };
+
+  on_off("TRIM", "trim", options.trim);
   amount(
       "KEEP_BYTES", "keep_bytes", [&](std::size_t b) { options.keep_bytes = b; }, nullptr);
   amount(
@@ -114,6 +119,20 @@ inline session_options session_options::from_env(const std::string& name, sessio
       throw bad(prefix + "ADMISSION", value, "refuse or trim_and_retry");
     }
     note("admission.on_shortfall = " + value + " from " + prefix + "ADMISSION");
+  }
+  on_off("ADMISSION_CACHE", "admission.count_cache", options.admission.count_cache);
+  if (const char* text = std::getenv((prefix + "ADMISSION_NVML").c_str()); text != nullptr) {
+    const std::string value = text;
+    if (value == "never") {
+      options.admission.query_nvml = nvml_query::never;
+    } else if (value == "on_refusal") {
+      options.admission.query_nvml = nvml_query::on_refusal;
+    } else if (value == "always") {
+      options.admission.query_nvml = nvml_query::always;
+    } else {
+      throw bad(prefix + "ADMISSION_NVML", value, "never, on_refusal or always");
+    }
+    note("admission.query_nvml = " + value + " from " + prefix + "ADMISSION_NVML");
   }
   options.origin = origin.empty() ? "no " + prefix + "* variable set: the values of the code"
                                   : origin + "; the rest from the code";
