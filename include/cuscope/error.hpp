@@ -14,6 +14,7 @@
 #include <string>
 
 #include "detail/config.hpp"
+#include "kernel.hpp"
 
 #if !defined(__GNUC__) && !defined(__clang__)
 #  include <atomic>
@@ -182,6 +183,19 @@ inline bool cleanup_ok(cudaError_t status, const char* operation, const char* ob
 /// that the checking macros add one compare and one branch to the hot path.
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line,
                                    const std::string& object = {});
+
+}  // namespace detail
+
+/// @brief Throws cuda_error (out_of_memory for cudaErrorMemoryAllocation) when launched failed,
+/// naming the launch and the place of its CUSCOPE_LAUNCH_STATUS; does nothing when it succeeded.
+/// For the status a kernel file's launcher returns (<cuscope/kernel.hpp>).
+inline void check_launch(const launch_status& launched) {
+  if (launched.status != cudaSuccess)
+    detail::throw_cuda_error(launched.status, launched.launch, launched.file, launched.line,
+                             "kernel launch");
+}
+
+namespace detail {
 
 /// The never-throwing check for destructors and other noexcept paths: clears a non-sticky error
 /// and treats cudaErrorCudartUnloading (objects with static lifetime destroyed after the runtime

@@ -6,7 +6,8 @@
 # strict set of flags, as errors: with the compiler of this build (g++ adds -Wuseless-cast), with
 # clang++ and with nvcc (host code through -Xcompiler) when they are given. A second g++ and clang++
 # pass gives CUDA's own include directory with -I too, as hand-written Makefiles often do, over the
-# headers that do not include CCCL (whose code is not cuscope's).
+# headers that do not include CCCL (whose code is not cuscope's). With nvcc, <cuscope/kernel.hpp>
+# is also compiled alone in a file with a kernel and a launcher, through the device pass too.
 include(${CMAKE_CURRENT_LIST_DIR}/consumer_common.cmake)
 
 file(GLOB_RECURSE pc_files ${PREFIX}/cuscope.pc)
@@ -99,5 +100,21 @@ if(CUDA_COMPILER)
   cuscope_run("nvcc, pkg-config's flags" COMMAND ${CUDA_COMPILER} -std=c++17 -c
     -ccbin ${CXX_COMPILER} -Werror=all-warnings -Xcompiler=${host},-Werror ${cflags}
     ${WORK_DIR}/all.cu -o ${WORK_DIR}/all.o)
+  # The light header for kernel files, alone, in a kernel file: host and device passes.
+  file(WRITE ${WORK_DIR}/kernel.cu [=[
+#include <cuscope/kernel.hpp>
+__global__ void scale(cuscope::device_span<float> x, float by) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < x.size()) x[i] *= by;
+}
+cuscope::launch_status launch_scale(cudaStream_t stream, cuscope::device_span<float> x, float by);
+cuscope::launch_status launch_scale(cudaStream_t stream, cuscope::device_span<float> x, float by) {
+  scale<<<static_cast<unsigned>((x.size() + 255) / 256), 256, 0, stream>>>(x, by);
+  return CUSCOPE_LAUNCH_STATUS(scale);
+}
+]=])
+  cuscope_run("nvcc, <cuscope/kernel.hpp> in a kernel file" COMMAND ${CUDA_COMPILER} -std=c++17
+    -c -arch=sm_90 -ccbin ${CXX_COMPILER} -Werror=all-warnings -Xcompiler=${host},-Werror
+    ${cflags} ${WORK_DIR}/kernel.cu -o ${WORK_DIR}/kernel.o)
 endif()
 message(STATUS "${header_count} public headers compile without warnings: ${headers}")

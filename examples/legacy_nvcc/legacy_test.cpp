@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The converted program's training, run on the simulated device with a host stand-in for each
-// kernel of kernels.cuh, checked against the same arithmetic on the host.
+// kernel of kernels.cuh, checked against the same arithmetic on the host. The kernels are defined
+// in kernels.cu, so this C++ file names them by their names and parameter types.
 #include <cmath>
 #include <cstdio>
 #include <cuscope/sim.hpp>
 
-#include "legacy.cuh"
+#include "legacy.hpp"
 
 namespace {
 
@@ -16,37 +17,40 @@ std::size_t count(int n) {
 }
 
 void give_kernels_stand_ins() {
-  sim::register_kernel(&fill, [](const sim::launch&, float* x, int n, float value) {
+  const auto fill = [](const sim::launch&, float* x, int n, float value) {
     float* h = sim::host_view(x, count(n));
     for (int i = 0; i < n; ++i)
       h[i] = value;
-  });
-  sim::register_kernel(&axpy, [](const sim::launch&, float* y, const float* x, int n, float a) {
+  };
+  const auto axpy = [](const sim::launch&, float* y, const float* x, int n, float a) {
     float* hy = sim::host_view(y, count(n));
     const float* hx = sim::host_view(x, count(n));
     for (int i = 0; i < n; ++i)
       hy[i] += a * hx[i];
-  });
-  sim::register_kernel(&partial_sum_squares,
-                       [](const sim::launch& l, const float* x, int n, float* partial) {
-                         const float* hx = sim::host_view(x, count(n));
-                         float* hp = sim::host_view(partial, l.grid.x);
-                         for (unsigned b = 0; b < l.grid.x; ++b) {
-                           hp[b] = 0.0f;
-                           for (unsigned t = 0; t < l.block.x; ++t) {
-                             const unsigned i = b * l.block.x + t;
-                             if (i < count(n)) hp[b] += hx[i] * hx[i];
-                           }
-                         }
-                       });
-  sim::register_kernel(&finish_sum,
-                       [](const sim::launch&, const float* partial, int blocks, float* result) {
-                         const float* hp = sim::host_view(partial, count(blocks));
-                         float total = 0.0f;
-                         for (int i = 0; i < blocks; ++i)
-                           total += hp[i];
-                         *sim::host_view(result, 1) = total;
-                       });
+  };
+  const auto partial_sum_squares = [](const sim::launch& l, const float* x, int n, float* partial) {
+    const float* hx = sim::host_view(x, count(n));
+    float* hp = sim::host_view(partial, l.grid.x);
+    for (unsigned b = 0; b < l.grid.x; ++b) {
+      hp[b] = 0.0f;
+      for (unsigned t = 0; t < l.block.x; ++t) {
+        const unsigned i = b * l.block.x + t;
+        if (i < count(n)) hp[b] += hx[i] * hx[i];
+      }
+    }
+  };
+  const auto finish_sum = [](const sim::launch&, const float* partial, int blocks, float* result) {
+    const float* hp = sim::host_view(partial, count(blocks));
+    float total = 0.0f;
+    for (int i = 0; i < blocks; ++i)
+      total += hp[i];
+    *sim::host_view(result, 1) = total;
+  };
+  // The kernels' names and parameter types, as kernels.cuh declares them.
+  sim::register_kernel<float*, int, float>("fill", fill);
+  sim::register_kernel<float*, const float*, int, float>("axpy", axpy);
+  sim::register_kernel<const float*, int, float*>("partial_sum_squares", partial_sum_squares);
+  sim::register_kernel<const float*, int, float*>("finish_sum", finish_sum);
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 //
 // The original kept a global stream, global raw pointers filled by cudaMalloc, a workspace that it
 // regrew with cudaFree + cudaMalloc, and copied checkpoints with cudaMemcpy on the legacy default
-// stream. The kernels (kernels.cuh) and the struct of raw pointers they take are unchanged.
+// stream. The kernels (kernels.cuh) and the struct of raw pointers are unchanged; this file, like
+// the whole host side, is C++ and reaches the kernels through their launchers (launchers.hpp,
+// defined in kernels.cu, the one file nvcc compiles for the device).
 #pragma once
 
 #include <cstddef>
@@ -13,10 +15,11 @@
 #include <optional>
 #include <vector>
 
-#include "kernels.cuh"
+#include "launchers.hpp"
 
-// The kernels' view of the model: raw pointers, unchanged. Owners hold the memory (below); this
-// struct only points into it, and is rebuilt whenever an owner changes.
+// The program's view of the model: raw pointers, unchanged, for the library-style call
+// (launch_squared_norm). Owners hold the memory (below); this struct only points into it, and is
+// rebuilt whenever an owner changes. The other launchers take the owners' spans.
 struct model {
   float* weights;
   float* grads;
@@ -68,17 +71,13 @@ inline void teardown() {
   g_state.reset();
 }
 
-inline int blocks_for(int n) {
-  return (n + 255) / 256;
-}
-
 // Initial weights and gradients, by kernels.
 inline void initialize(float weight, float grad) {
   training_state& s = *g_state;
-  const model m = s.view();
-  fill<<<blocks_for(m.n), 256, 0, s.stream.get()>>>(m.weights, m.n, weight);
-  fill<<<blocks_for(m.n), 256, 0, s.stream.get()>>>(m.grads, m.n, grad);
-  CUSCOPE_CUDA_TRY(cudaGetLastError());
+  // was: fill<<<blocks, 256, 0, g_stream>>>(g_weights, n, weight); and a check of
+  // cudaGetLastError(). The launcher returns that status; check_launch throws naming the kernel.
+  cuscope::check_launch(launch_fill(s.stream.get(), s.weights.span(), weight));
+  cuscope::check_launch(launch_fill(s.stream.get(), s.grads.span(), grad));
 }
 
 // Initial weights and gradients from the host: the host path, with no kernel.
@@ -94,11 +93,11 @@ inline void initialize_from_host(const std::vector<float>& weights,
 // One step: weights -= rate * grads, then the squared norm of the weights.
 inline float step(float rate) {
   training_state& s = *g_state;
+  cuscope::check_launch(launch_axpy(s.stream.get(), s.weights.span(), s.grads.span(), -rate));
   const model m = s.view();
-  axpy<<<blocks_for(m.n), 256, 0, s.stream.get()>>>(m.weights, m.grads, m.n, -rate);
-  void* workspace = s.workspace_for(norm_workspace_bytes(m.n));
-  squared_norm(m.weights, m.n, m.norm, workspace, s.workspace.size_bytes(), s.stream.get());
-  CUSCOPE_CUDA_TRY(cudaGetLastError());
+  void* workspace = s.workspace_for(squared_norm_workspace_bytes(m.n));
+  cuscope::check_launch(launch_squared_norm(s.stream.get(), m.weights, m.n, m.norm, workspace,
+                                            s.workspace.size_bytes()));
   float norm = 0.0f;
   s.norm.copy_to(s.stream, &norm, 1);
   s.stream.synchronize();

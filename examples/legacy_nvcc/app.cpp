@@ -4,14 +4,15 @@
 // Without --host-only it runs a few training steps with kernels. --host-only runs the host path
 // alone: setup, data from the host, a checkpoint round trip, the workspace, teardown. Linked with
 // cuscope::sim, the host path runs without a GPU; a kernel launch stops the program with the
-// kernel's name unless a test gives the kernel a stand-in (legacy_test.cu).
+// kernel's name unless a test gives the kernel a stand-in (legacy_test.cpp). This file is C++:
+// the kernels and their launches are in kernels.cu.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <vector>
 
-#include "legacy.cuh"
+#include "legacy.hpp"
 
 namespace {
 
@@ -33,8 +34,8 @@ int host_path(int n) {
     std::printf("FAILED: the checkpoint round trip\n");
     return 1;
   }
-  void* workspace = g_state->workspace_for(norm_workspace_bytes(n));
-  if (workspace == nullptr || g_state->workspace.size_bytes() < norm_workspace_bytes(n)) {
+  void* workspace = g_state->workspace_for(squared_norm_workspace_bytes(n));
+  if (workspace == nullptr || g_state->workspace.size_bytes() < squared_norm_workspace_bytes(n)) {
     std::printf("FAILED: no workspace\n");
     return 1;
   }
