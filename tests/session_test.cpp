@@ -703,6 +703,57 @@ TEST_CASE("session: the leak report names each leaked allocation, its tag, strea
 }
 
 TEST_CASE(
+    "session: raw memory a nested session leaked is named in the parent's report after the nested "
+    "session is gone",
+    "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  stream other;
+  session_options o;
+  o.name = "service";
+  o.on_leak = leak_policy::ignore;
+  o.streams = {other};
+  session outer(pool, s, o);
+  void* raw = nullptr;
+  void* deeper = nullptr;
+  {
+    session_options io;
+    io.name = "request";
+    io.on_leak = leak_policy::ignore;
+    session inner(outer, other, io);
+    raw = inner.allocate(other, 3 * MiB, "raw scratch");
+    {
+      session_options do_;
+      do_.name = "stage";
+      do_.on_leak = leak_policy::ignore;
+      session innermost(inner, other, do_);
+      deeper = innermost.allocate(other, MiB, "stage scratch");
+      CHECK(innermost.finish().leaked_allocations == 1);
+    }
+    const session_report& ri = inner.finish();
+    CHECK(ri.leaked_allocations == 2);
+    CHECK(ri.leaks.size() == 2);
+  }
+  const session_report& r = outer.finish();
+  CHECK(r.leaked_allocations == 2);
+  CHECK(r.leaked_bytes == 4 * MiB);
+  REQUIRE(r.leaks.size() == 2);
+  CHECK(r.leaks[0].bytes == 3 * MiB);
+  CHECK(r.leaks[0].pointer == raw);
+  CHECK(r.leaks[0].tag == "raw scratch");
+  CHECK(r.leaks[0].stream == other.get());
+  CHECK(r.leaks[0].session == "request");
+  CHECK(r.leaks[1].bytes == MiB);
+  CHECK(r.leaks[1].pointer == deeper);
+  CHECK(r.leaks[1].tag == "stage scratch");
+  CHECK(r.leaks[1].session == "stage");
+  CHECK_THAT(r.to_string(), contains("'raw scratch', made at "));
+  pool.deallocate(other, raw, 3 * MiB);
+  pool.deallocate(other, deeper, MiB);
+}
+
+TEST_CASE(
     "session: the report counts allocations, frees, refusals by a budget and by the pool, and "
     "retries, its nested sessions' included",
     "[session]") {

@@ -398,7 +398,11 @@ class ledger {
   ledger* parent() const noexcept { return parent_; }
 
  private:
-  ~ledger() = default;
+  // Every sub left is a retired one (an open one holds a reference to this ledger).
+  ~ledger() {
+    for (ledger* sub : subs_)
+      delete sub;
+  }
 
   void add_sub(ledger* sub) {
     const std::lock_guard<std::mutex> lock(mutex_);
@@ -451,10 +455,16 @@ class ledger {
     bytes_ -= bytes;
   }
 
+  // The last reference is gone. A nested ledger that still counts live allocations (memory freed
+  // by pointer that its session never freed, or whose free failed, here or in a ledger under it)
+  // stays among its parent's subs, retired, so that the parent's leak report still names them; the
+  // parent deletes it when it goes itself.
   void destroy() noexcept {
-    ledger* parent = parent_;
-    if (parent != nullptr) parent->remove_sub(this);
-    delete this;
+    ledger* const parent = parent_;
+    if (parent == nullptr || count_ == 0) {
+      if (parent != nullptr) parent->remove_sub(this);
+      delete this;
+    }
     if (parent != nullptr) parent->release();
   }
 
