@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -219,6 +220,51 @@ TEST_CASE("json_line_sink: sessions ending on 4 threads at once write whole line
   }
   CHECK(names.size() == lines.size());  // every session once
   CHECK(json_field(lines.back(), "name") == "service");
+}
+
+namespace {
+std::vector<std::string> lines_seen;
+void keep_line(const std::string& line) {
+  lines_seen.push_back(line);
+}
+}  // namespace
+
+TEST_CASE(
+    "json_line_sink: a callback (a function or a lambda) gets each line without its newline; "
+    "an empty one is refused",
+    "[json_line_sink]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  lines_seen.clear();
+  std::vector<std::string> captured;
+  json_line_sink to_function(&keep_line);
+  json_line_sink to_lambda([&captured](const std::string& line) { captured.push_back(line); });
+  CHECK(to_function.target() == "a callback");
+  for (json_line_sink* sink : {&to_function, &to_lambda}) {
+    session_options o;
+    o.name = "called back";
+    o.report_to = sink;
+    session work(pool, s, o);
+    { auto b = work.make_buffer<char>(MiB); }
+    (void)work.finish();
+  }
+  CHECK(to_function.lines() == 1);
+  CHECK(to_lambda.lines() == 1);
+  REQUIRE(lines_seen.size() == 1);
+  REQUIRE(captured.size() == 1);
+  CHECK(json_error(captured[0]).empty());
+  CHECK(json_field(captured[0], "name") == "called back");
+  CHECK(captured[0].find('\n') == std::string::npos);
+  CHECK(json_field(lines_seen[0], "name") == "called back");
+
+  void (*none)(const std::string&) = nullptr;
+  CHECK_THROWS_AS(json_line_sink(none), std::invalid_argument);
+  CHECK_THROWS_WITH(json_line_sink(none), contains("the line callback is empty"));
+  CHECK_THROWS_WITH(json_line_sink(std::function<void(const std::string&)>()),
+                    contains("the line callback is empty"));
+  CHECK(json_line_sink(std::function<void(const std::string&)>(&keep_line)).target() ==
+        "a callback");
 }
 
 TEST_CASE(

@@ -31,6 +31,16 @@ are downloaded with pip into --cache (CCCL 3.5 is taken from scripts/toolchains.
 is there) unless --rmm / --cccl35 name unpacked copies; offline, or with --no-rmm / --no-cccl35,
 their rows are skipped with a message.
 
+cuda-api-wrappers is not measured: it is on neither PyPI nor Debian (the registries this project's
+machines reach), and it allocates from pools through the CUDA driver API (cuMemAllocFromPoolAsync,
+cuMemFreeAsync), which neither cuscope's simulated device nor the no-op runtime provides. The
+script says so and leaves its rows out.
+
+The results files name no path of the machine that wrote them: paths inside the repository are
+relative to its root, and the others are written as <tmp> (the build's temporary directory),
+<cache> (the wheels' cache), <cuda-include> (--cuda-include), ~ (the home directory), and the
+compiler by its name.
+
 With --out DIR it writes the results file set into DIR: <date>-host-cost.json (everything, with
 the machine: CPU model and count, compiler, valgrind, commit), <date>-host-cost.md (the tables)
 and <date>-host-cost.png (a bar plot of the ratios; needs matplotlib). --png FILE writes only the
@@ -87,6 +97,11 @@ TARGETS = {
     "thrust_own_ratio": 1.5,         # thrust_allocator against a minimal Thrust allocator
 }
 TEXT_COLUMNS = ("function", "what", "added vs cuscope", "configuration", "compared with")
+CUDA_API_WRAPPERS_SKIPPED = (
+    "cuda-api-wrappers: not measured. It is on neither PyPI nor Debian, the only registries this "
+    "machine reaches, and it allocates from pools through the CUDA driver API "
+    "(cuMemAllocFromPoolAsync, cuMemFreeAsync), which neither cuscope's simulated device nor the "
+    "no-op runtime provides.")
 
 
 def log(text):
@@ -429,6 +444,41 @@ def write_png(doc, path):
     plt.close(fig)
 
 
+def scrub_paths(value, replacements):
+    """value (a string, or lists and dicts of them) with each absolute path that replacements
+    names (longest first) written as its stand-in, so that results files name no path of the
+    machine that wrote them."""
+    if isinstance(value, str):
+        for path, stand_in in replacements:
+            value = value.replace(path, stand_in)
+        return value
+    if isinstance(value, list):
+        return [scrub_paths(v, replacements) for v in value]
+    if isinstance(value, dict):
+        return {k: scrub_paths(v, replacements) for k, v in value.items()}
+    return value
+
+
+def path_replacements(a, work):
+    """(absolute path, stand-in) pairs for scrub_paths, longest path first."""
+    pairs = [(work, "<tmp>"), (os.path.join(ROOT, ""), ""), (ROOT, "."),
+             (os.path.abspath(a.cache), "<cache>"),
+             (os.path.abspath(a.cuda_include), "<cuda-include>")]
+    if os.path.isabs(a.cxx):
+        pairs.append((a.cxx, os.path.basename(a.cxx)))
+    home = os.path.expanduser("~")
+    if home not in ("", "/"):
+        pairs.append((os.path.join(home, ""), "~/"))
+    real = lambda x: os.path.join(os.path.realpath(x), "") if x.endswith(os.sep) \
+        else os.path.realpath(x)
+    pairs = [(x, y) for x, y in pairs if x] + [(real(x), y) for x, y in pairs if x]
+    unique = []
+    for x, y in pairs:
+        if x not in [u[0] for u in unique]:
+            unique.append((x, y))
+    return sorted(unique, key=lambda p: len(p[0]), reverse=True)
+
+
 def print_table(title, columns, rows):
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
     fmt = lambda cells: "  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i])
@@ -516,6 +566,7 @@ def main():
         cccl35 = None
     if cccl35_reason:
         log("host_cost: CCCL 3.5 skipped: " + cccl35_reason)
+    log("host_cost: " + CUDA_API_WRAPPERS_SKIPPED)
 
     load_before = load_average()
     with tempfile.TemporaryDirectory(prefix="cuscope-host-cost-") as work:
@@ -660,6 +711,7 @@ def main():
     else:
         notes.append("RMM: librmm-cu12 25.4.0 (header-only C++) with rapids-logger 0.1.19, "
                      "compiled against CCCL %s." % cccl_version(a.cccl))
+    notes.append(CUDA_API_WRAPPERS_SKIPPED)
     for line in notes:
         log("note: " + line)
 
@@ -723,6 +775,7 @@ def main():
         "tables": [{"title": t, "columns": c, "rows": rr} for t, c, rr in tables],
         "results": rows, "headline": headline,
     }
+    doc = scrub_paths(doc, path_replacements(a, work))
     outputs = []
     if a.out:
         os.makedirs(a.out, exist_ok=True)

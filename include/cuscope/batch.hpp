@@ -8,7 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
-#include <iterator>
+#include <iterator>  // std::input_iterator_tag, which the standard declares in <iterator> alone
 #include <limits>
 #include <optional>
 #include <stdexcept>

@@ -46,12 +46,22 @@ void* accounted_allocate(const memory_pool_ref& pool, stream_ref stream, std::si
                          const char* file = nullptr, unsigned line = 0,
                          alloc_policy policy = alloc_policy::fail_fast);
 
-/// Frees ptr, bytes from pool on device, in stream order on stream and records the free into the
-/// recorder of accounting's session, else the pool's; never throws. Does not discharge. Returns
-/// false where the free failed (reported through the cleanup channel): the memory is still
-/// allocated, nothing is recorded, and accounting's session goes on counting it.
-bool free_recorded_nothrow(void* ptr, std::size_t bytes, cudaStream_t stream, cudaMemPool_t pool,
-                           int device, ledger* accounting) noexcept;
+/// bytes from pool on stream for an adaptor that no session counts (pool_resource, the Thrust
+/// allocators): as pool.allocate(stream, bytes), with the rare cases (0 bytes, a default stream, a
+/// recorder attached to any pool) tested before the runtime call and served out of line, so that
+/// the usual one is the call and its status test.
+void* allocate_plain(const memory_pool_ref& pool, cudaStream_t stream, std::size_t bytes);
+
+/// Frees ptr (nullptr: nothing), bytes from pool, in stream order on stream, for an adaptor that
+/// no session counts (pool_resource, the Thrust allocators), and records the free into the pool's
+/// recorder; never throws. A failure is reported through the cleanup channel.
+void free_plain_nothrow(void* ptr, std::size_t bytes, cudaStream_t stream,
+                        const memory_pool_ref& pool) noexcept;
+
+/// As free_plain_nothrow, for an adaptor counted by accounting (not nullptr): records the free
+/// into the session's recorder and discharges it, or, where the free failed, leaves it counted.
+void free_discharged_nothrow(void* ptr, std::size_t bytes, cudaStream_t stream,
+                             const memory_pool_ref& pool, ledger* accounting) noexcept;
 
 }  // namespace detail
 
@@ -266,30 +276,60 @@ CUSCOPE_DETAIL_HOT_INLINE inline void* accounted_allocate(const memory_pool_ref&
   return accounted_allocate_counted(pool, stream, bytes, accounting, who, tag, file, line, policy);
 }
 
-// free_recorded_nothrow() for a session's ledger (not nullptr), out of line.
-CUSCOPE_DETAIL_NOINLINE inline bool free_counted_nothrow(void* ptr, std::size_t bytes,
-                                                         cudaStream_t stream, cudaMemPool_t pool,
-                                                         int device, ledger* accounting) noexcept {
-  // A failed free leaves the allocation counted, as a leak; it holds no reference to drop.
-  if (!free_async_nothrow(ptr, stream, device, bytes)) return false;
-  if (recorder_hook* h = accounting->hook())
-    h->record_free(device, pool, stream, ptr, bytes);
-  else if (any_pool_recorded())
-    notify_pool_free(device, pool, stream, ptr, bytes);
-  return true;
+// allocate_plain()'s rare cases, out of line: the pool's own allocation.
+CUSCOPE_DETAIL_NOINLINE inline void* allocate_plain_slow(const memory_pool_ref& pool,
+                                                         cudaStream_t stream, std::size_t bytes) {
+  return pool.allocate(stream_ref(stream), bytes);
 }
 
-// Without a session, the free and the pool's recorder test inline; with one, out of line.
-CUSCOPE_DETAIL_HOT_INLINE inline bool free_recorded_nothrow(void* ptr, std::size_t bytes,
-                                                            cudaStream_t stream, cudaMemPool_t pool,
-                                                            int device,
+// allocate_plain()'s failed runtime call, out of line: the out-of-memory handler, the exception.
+CUSCOPE_DETAIL_COLD inline void* allocate_plain_failed(const memory_pool_ref& pool,
+                                                       cudaStream_t stream, std::size_t bytes,
+                                                       cudaError_t status) {
+  return pool.allocate_failed(stream_ref(stream), bytes, status);
+}
+
+CUSCOPE_DETAIL_HOT_INLINE inline void* allocate_plain(const memory_pool_ref& pool,
+                                                      cudaStream_t stream, std::size_t bytes) {
+  if (bytes == 0 || is_default_stream(stream) || any_pool_recorded())
+    return allocate_plain_slow(pool, stream, bytes);
+  void* p = nullptr;
+  const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, pool.get(), stream);
+  if (status != cudaSuccess) return allocate_plain_failed(pool, stream, bytes, status);
+  return p;
+}
+
+// free_plain_nothrow()'s rare cases, out of line: a default stream (the pool's device made
+// current), a recorder attached to any pool.
+CUSCOPE_DETAIL_NOINLINE inline void free_plain_slow(void* ptr, std::size_t bytes,
+                                                    cudaStream_t stream,
+                                                    const memory_pool_ref& pool) noexcept {
+  if (free_async_nothrow(ptr, stream, pool.device(), bytes) && any_pool_recorded())
+    notify_pool_free(pool.device(), pool.get(), stream, ptr, bytes);
+}
+
+CUSCOPE_DETAIL_HOT_INLINE inline void free_plain_nothrow(void* ptr, std::size_t bytes,
+                                                         cudaStream_t stream,
+                                                         const memory_pool_ref& pool) noexcept {
+  if (ptr == nullptr) return;
+  if (is_default_stream(stream) || any_pool_recorded())
+    return free_plain_slow(ptr, bytes, stream, pool);
+  const cudaError_t status = cudaFreeAsync(ptr, stream);
+  if (status != cudaSuccess) (void)free_async_slow(ptr, stream, pool.device(), bytes, status);
+}
+
+CUSCOPE_DETAIL_NOINLINE inline void free_discharged_nothrow(void* ptr, std::size_t bytes,
+                                                            cudaStream_t stream,
+                                                            const memory_pool_ref& pool,
                                                             ledger* accounting) noexcept {
-  if (ptr == nullptr) return true;
-  if (accounting != nullptr)
-    return free_counted_nothrow(ptr, bytes, stream, pool, device, accounting);
-  if (!free_async_nothrow(ptr, stream, device, bytes)) return false;
-  if (any_pool_recorded()) notify_pool_free(device, pool, stream, ptr, bytes);
-  return true;
+  // A failed free leaves the allocation counted (a leak the session names), and reported; it
+  // holds no reference to drop.
+  if (ptr == nullptr || !free_async_nothrow(ptr, stream, pool.device(), bytes)) return;
+  if (recorder_hook* h = accounting->hook())
+    h->record_free(pool.device(), pool.get(), stream, ptr, bytes);
+  else if (any_pool_recorded())
+    notify_pool_free(pool.device(), pool.get(), stream, ptr, bytes);
+  accounting->discharge(ptr, bytes);
 }
 
 }  // namespace detail

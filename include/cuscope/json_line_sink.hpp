@@ -10,14 +10,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
+#include "detail/callback.hpp"
 #include "error.hpp"
 #include "memory_pool.hpp"  // detail::env_prefix
 #include "session.hpp"
@@ -50,13 +51,24 @@ class json_line_sink final : public report_sink {
   /// @brief Writes to os, which must outlive the sink; each line is flushed.
   explicit json_line_sink(std::ostream& os) : os_(&os), target_("a std::ostream") {}
 
-  /// @brief Hands each line, without its newline, to write_line, one line at a time (under the
-  /// sink's lock: write_line need not be thread-safe).
-  /// @throws std::invalid_argument when write_line is empty.
-  explicit json_line_sink(std::function<void(const std::string& line)> write_line)
-      : write_line_(std::move(write_line)), target_("a callback") {
-    if (!write_line_)
-      throw std::invalid_argument("cuscope::json_line_sink: the line callback is empty");
+  /// @brief Hands each line, without its newline, to write_line (a copyable callable taking the
+  /// line as a const std::string&: a function, a lambda, a std::function), one line at a time
+  /// (under the sink's lock: write_line need not be thread-safe).
+  /// @throws std::invalid_argument when write_line is empty (a null function pointer, an empty
+  /// std::function).
+  template <class WriteLine,
+            std::enable_if_t<std::is_invocable_v<WriteLine&, const std::string&>, int> = 0>
+  explicit json_line_sink(WriteLine write_line) : target_("a callback") {
+    // A null function pointer; an empty std::function (or other callable with an explicit
+    // operator bool). A lambda converts to bool only through a function pointer, never null.
+    bool empty = false;
+    if constexpr (std::is_pointer_v<WriteLine>)
+      empty = write_line == nullptr;
+    else if constexpr (std::is_constructible_v<bool, const WriteLine&> &&
+                       !std::is_convertible_v<const WriteLine&, bool>)
+      empty = !static_cast<bool>(write_line);
+    if (empty) throw std::invalid_argument("cuscope::json_line_sink: the line callback is empty");
+    write_line_ = std::move(write_line);
   }
 
   /// @brief A sink that appends to the file at path, creating it when missing, and closes it when
@@ -177,7 +189,7 @@ class json_line_sink final : public report_sink {
   std::FILE* file_ = nullptr;
   bool owned_ = false;
   std::ostream* os_ = nullptr;
-  std::function<void(const std::string&)> write_line_;
+  detail::callback<void(const std::string&)> write_line_;
   std::string target_;
   std::atomic<std::size_t> lines_{0};
   std::atomic<std::size_t> failures_{0};

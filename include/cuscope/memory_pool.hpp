@@ -312,6 +312,14 @@ class pool_base {
     return allocate_failed(stream, bytes, status, policy, target);
   }
 
+  /// @brief (Internal) What allocate(stream, bytes) does once cudaMallocFromPoolAsync on a
+  /// stream that is not a default one failed with status: ask the out-of-memory handler, then
+  /// throw. Out of line: the adaptors' own inline allocation ends there.
+  [[nodiscard]] void* allocate_failed(stream_ref stream, std::size_t bytes,
+                                      cudaError_t status) const {
+    return allocate_failed(stream, bytes, status, alloc_policy::fail_fast, {});
+  }
+
   /// @brief Frees memory from allocate() in stream order: later work on stream may reuse it.
   /// Enqueued on stream (a default stream handle names the default stream of the pool's device);
   /// does not synchronize. bytes is what was allocated (unused by CUDA).

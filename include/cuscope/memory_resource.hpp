@@ -41,10 +41,11 @@ namespace cuscope {
 
 /// @brief A memory_pool_ref as a CCCL memory resource with the device_accessible property.
 ///
-/// Non-owning and trivially copyable: the pool must outlive it and every allocation made through
-/// it. Two resources are equal when they refer to the same pool (memory from one may be returned
-/// through the other). Alignments up to 256 bytes (powers of two) are honoured, as every pool
-/// allocation is 256-byte aligned; a larger one is refused with std::invalid_argument.
+/// Non-owning and cheap to copy (a pool reference, a stream and, for a session's resource, a
+/// counted reference to the session's accounting): the pool must outlive it and every allocation
+/// made through it. Two resources are equal when they refer to the same pool (memory from one may
+/// be returned through the other). Alignments up to 256 bytes (powers of two) are honoured, as
+/// every pool allocation is 256-byte aligned; a larger one is refused with std::invalid_argument.
 ///
 /// The stream-ordered members (allocate(stream, ...), allocate_async) run on the stream given.
 /// The synchronous ones (allocate_sync, and allocate(bytes, alignment) under the CCCL 3.0 names)
@@ -85,8 +86,9 @@ class pool_resource {
   [[nodiscard]] CUSCOPE_DETAIL_HOT_INLINE void* allocate(stream_ref stream, std::size_t bytes,
                                                          std::size_t alignment = max_alignment) {
     check_alignment(alignment, bytes);
-    return detail::accounted_allocate(pool_, stream, bytes, ledger_.get(),
-                                      "cuscope::pool_resource");
+    // Without a session, the pool's own inline path; a session's counting out of line.
+    if (ledger_.get() != nullptr) return allocate_counted(stream, bytes);
+    return detail::allocate_plain(pool_, stream.get(), bytes);
   }
 
   /// @brief Returns ptr to the pool in stream order on stream. Enqueued on stream; does not
@@ -105,7 +107,7 @@ class pool_resource {
     check_alignment(alignment, bytes);
     const stream_ref s(sync_stream_);
     const detail::stream_device_guard on(s.get(), pool_.device());
-    void* p = detail::accounted_allocate(pool_, s, bytes, ledger_.get(), "cuscope::pool_resource");
+    void* p = ledger_.get() != nullptr ? allocate_counted(s, bytes) : pool_.allocate(s, bytes);
     try {
       s.synchronize();
     } catch (...) {
@@ -167,9 +169,16 @@ class pool_resource {
   friend void get_property(const pool_resource&, ::cuda::mr::device_accessible) noexcept {}
 
  private:
-  void check_alignment(std::size_t alignment, std::size_t bytes) const {
-    if (alignment == 0 || alignment > max_alignment || (alignment & (alignment - 1)) != 0)
+  CUSCOPE_DETAIL_HOT_INLINE void check_alignment(std::size_t alignment, std::size_t bytes) const {
+    // A power of two up to max_alignment: alignment - 1 below it (0 wraps around), sharing no
+    // bit with alignment.
+    if (alignment - 1 >= max_alignment || (alignment & (alignment - 1)) != 0)
       bad_alignment(alignment, bytes);
+  }
+
+  CUSCOPE_DETAIL_NOINLINE void* allocate_counted(stream_ref stream, std::size_t bytes) {
+    return detail::accounted_allocate(pool_, stream, bytes, ledger_.get(),
+                                      "cuscope::pool_resource");
   }
 
   [[noreturn]] CUSCOPE_DETAIL_COLD void bad_alignment(std::size_t alignment,
@@ -182,11 +191,9 @@ class pool_resource {
 
   CUSCOPE_DETAIL_HOT_INLINE void free_nothrow(void* ptr, std::size_t bytes,
                                               cudaStream_t stream) noexcept {
-    if (ptr == nullptr) return;
-    if (!detail::free_recorded_nothrow(ptr, bytes, stream, pool_.get(), pool_.device(),
-                                       ledger_.get()))
-      return;  // still allocated, and reported: the session goes on counting it
-    if (ledger_.get() != nullptr) ledger_.get()->discharge(ptr, bytes);
+    if (ledger_.get() != nullptr)
+      return detail::free_discharged_nothrow(ptr, bytes, stream, pool_, ledger_.get());
+    detail::free_plain_nothrow(ptr, bytes, stream, pool_);
   }
 
   memory_pool_ref pool_;

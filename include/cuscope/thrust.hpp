@@ -40,6 +40,9 @@ namespace detail {
 /// The allocator Thrust calls for the temporary storage of an algorithm: bytes from a pool on a
 /// stream. Thrust frees the storage when the algorithm returns, which may be before its kernels
 /// have run (par_nosync): the free is in stream order on the same stream, so that is safe.
+///
+/// It also holds what a thrust_allocator allocates with (the pool, the stream and the session's
+/// ledger): a thrust_allocator is its vector policy, which holds one of these, and nothing else.
 class thrust_temporary_allocator {
  public:
   using value_type = char;
@@ -51,19 +54,29 @@ class thrust_temporary_allocator {
       : pool_(pool), stream_(stream.get()), ledger_(accounting) {}
 
   CUSCOPE_DETAIL_HOT_INLINE char* allocate(std::size_t bytes) {
-    return static_cast<char*>(accounted_allocate(pool_, stream_ref(stream_), bytes, ledger_.get(),
-                                                 "cuscope::thrust_policy"));
+    return static_cast<char*>(allocate_bytes(bytes, "cuscope::thrust_policy"));
   }
 
   CUSCOPE_DETAIL_HOT_INLINE void deallocate(char* ptr, std::size_t bytes) noexcept {
-    if (ptr == nullptr) return;
-    if (free_recorded_nothrow(ptr, bytes, stream_, pool_.get(), pool_.device(), ledger_.get()) &&
-        ledger_.get() != nullptr)
-      ledger_.get()->discharge(ptr, bytes);
+    deallocate_bytes(ptr, bytes);
+  }
+
+  // bytes on the stream, named who (in a session's leak report and messages). Without a
+  // session, the pool's own path inline (allocate_plain); a session's counting out of line.
+  CUSCOPE_DETAIL_HOT_INLINE void* allocate_bytes(std::size_t bytes, const char* who) {
+    if (ledger_.get() != nullptr) return allocate_counted(bytes, who);
+    return allocate_plain(pool_, stream_, bytes);
+  }
+
+  CUSCOPE_DETAIL_HOT_INLINE void deallocate_bytes(void* ptr, std::size_t bytes) noexcept {
+    if (ledger_.get() != nullptr)
+      return free_discharged_nothrow(ptr, bytes, stream_, pool_, ledger_.get());
+    free_plain_nothrow(ptr, bytes, stream_, pool_);
   }
 
   memory_pool_ref pool() const noexcept { return pool_; }
   stream_ref stream() const noexcept { return stream_ref(stream_); }
+  ledger* accounting() const noexcept { return ledger_.get(); }
 
   friend bool operator==(const thrust_temporary_allocator& a,
                          const thrust_temporary_allocator& b) noexcept {
@@ -75,6 +88,10 @@ class thrust_temporary_allocator {
   }
 
  private:
+  CUSCOPE_DETAIL_NOINLINE void* allocate_counted(std::size_t bytes, const char* who) {
+    return accounted_allocate(pool_, stream_ref(stream_), bytes, ledger_.get(), who);
+  }
+
   memory_pool_ref pool_;
   cudaStream_t stream_;
   ledger_ref ledger_;
@@ -173,36 +190,31 @@ class thrust_allocator {
 
   /// @brief Allocates from pool in stream order on stream.
   thrust_allocator(stream_ref stream, memory_pool_ref pool)
-      : pool_(pool), stream_(stream.get()), system_(thrust_policy_sync(stream, pool)) {}
+      : system_(thrust_policy_sync(stream, pool)) {}
 
   /// @brief Allocates from the session's pool in stream order on its stream, counted by the
   /// session (its budget, its leak check) like its make_buffer.
   template <class Session, detail::if_session<Session> = 0>
-  explicit thrust_allocator(Session& session)
-      : thrust_allocator(session.stream(), session.pool(), session.accounting()) {}
+  explicit thrust_allocator(Session& session) : system_(thrust_policy_sync(session)) {}
 
   /// @brief The allocator of T with other's pool, stream and session.
   template <class U>
   thrust_allocator(const thrust_allocator<U>& other)  // NOLINT: implicit, as allocators are
-      : thrust_allocator(other.stream(), other.pool(), other.accounting()) {}
+      : system_(other.system_) {}
 
   /// @brief Storage for n elements from the pool, usable in stream order on the allocator's
   /// stream. Enqueued on that stream; does not synchronize.
   /// @throws std::length_error when n elements overflow the byte count; out_of_memory.
   [[nodiscard]] CUSCOPE_DETAIL_HOT_INLINE pointer allocate(size_type n) {
     if (n > max_size()) too_many(n);
-    return pointer(static_cast<T*>(detail::accounted_allocate(
-        pool_, stream(), n * sizeof(T), ledger_.get(), "cuscope::thrust_allocator")));
+    return pointer(
+        static_cast<T*>(state().allocate_bytes(n * sizeof(T), "cuscope::thrust_allocator")));
   }
 
   /// @brief Returns storage to the pool in stream order on the allocator's stream. Enqueued on
   /// that stream; does not synchronize. Never throws.
   CUSCOPE_DETAIL_HOT_INLINE void deallocate(pointer p, size_type n) noexcept {
-    if (p.get() == nullptr) return;
-    if (detail::free_recorded_nothrow(static_cast<void*>(p.get()), n * sizeof(T), stream_,
-                                      pool_.get(), pool_.device(), ledger_.get()) &&
-        ledger_.get() != nullptr)
-      ledger_.get()->discharge(p.get(), n * sizeof(T));
+    state().deallocate_bytes(static_cast<void*>(p.get()), n * sizeof(T));
   }
 
   /// @brief The largest number of elements whose bytes a size_t can count.
@@ -211,13 +223,13 @@ class thrust_allocator {
   }
 
   /// @brief The pool the memory comes from.
-  [[nodiscard]] memory_pool_ref pool() const noexcept { return pool_; }
+  [[nodiscard]] memory_pool_ref pool() const noexcept { return state().pool(); }
   /// @brief The stream of the allocations, the frees and the vector's own work.
-  [[nodiscard]] stream_ref stream() const noexcept { return stream_ref(stream_); }
+  [[nodiscard]] stream_ref stream() const noexcept { return state().stream(); }
   /// @brief The policy of the vector's own work, which Thrust asks for (allocator_system).
   [[nodiscard]] system_type& system() noexcept { return system_; }
   /// @brief The accounting of the session the allocator counts for; nullptr for none.
-  [[nodiscard]] detail::ledger* accounting() const noexcept { return ledger_.get(); }
+  [[nodiscard]] detail::ledger* accounting() const noexcept { return state().accounting(); }
 
   /// @brief True when both allocate from the same pool on the same stream for the same session.
   template <class U>
@@ -231,21 +243,22 @@ class thrust_allocator {
   }
 
  private:
+  template <class U>
+  friend class thrust_allocator;
+
   [[noreturn]] CUSCOPE_DETAIL_COLD static void too_many(size_type n) {
     throw std::length_error("cuscope::thrust_allocator: " + std::to_string(n) + " elements of " +
                             std::to_string(sizeof(T)) + " bytes overflow the byte count");
   }
 
-  thrust_allocator(stream_ref stream, memory_pool_ref pool, detail::ledger* accounting)
-      : pool_(pool),
-        stream_(stream.get()),
-        ledger_(accounting),
-        system_(detail::make_thrust_policy_sync(stream, pool, accounting)) {}
+  // The pool, the stream and the session are those of the policy's temporary allocator, which
+  // Thrust's policy holds without a const accessor.
+  detail::thrust_temporary_allocator& state() noexcept { return system_.get_allocator(); }
+  const detail::thrust_temporary_allocator& state() const noexcept {
+    return const_cast<system_type&>(system_).get_allocator();
+  }
 
-  memory_pool_ref pool_;
-  cudaStream_t stream_;
-  detail::ledger_ref ledger_;
-  system_type system_;
+  system_type system_;  // the vector's policy; its temporary allocator is this allocator's state
 };
 
 }  // namespace cuscope
