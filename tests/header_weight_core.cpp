@@ -21,5 +21,6 @@
 
 #if defined(_GLIBCXX_FUNCTIONAL) || defined(_GLIBCXX_ALGORITHM) || defined(_GLIBCXX_ITERATOR) || \
     defined(_GLIBCXX_CHRONO)
-#  error "a pool, buffer or stream header includes <functional>, <algorithm>, <iterator> or <chrono>"
+#  error \
+      "a pool, buffer or stream header includes <functional>, <algorithm>, <iterator> or <chrono>"
 #endif
