@@ -40,6 +40,15 @@ using cuscope::test::json_field;
 static_assert(!std::is_copy_constructible_v<json_line_sink>);
 static_assert(!std::is_move_constructible_v<json_line_sink>);
 static_assert(std::is_base_of_v<cuscope::report_sink, json_line_sink>);
+// The line callback is held by copy: a move-only one is refused by the constructor's constraint.
+struct move_only_line {
+  move_only_line() = default;
+  move_only_line(move_only_line&&) = default;
+  move_only_line(const move_only_line&) = delete;
+  void operator()(const std::string&) {}
+};
+static_assert(!std::is_constructible_v<json_line_sink, move_only_line>);
+static_assert(std::is_constructible_v<json_line_sink, void (*)(const std::string&)>);
 
 namespace {
 

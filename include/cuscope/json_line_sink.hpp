@@ -56,8 +56,9 @@ class json_line_sink final : public report_sink {
   /// (under the sink's lock: write_line need not be thread-safe).
   /// @throws std::invalid_argument when write_line is empty (a null function pointer, an empty
   /// std::function).
-  template <class WriteLine,
-            std::enable_if_t<std::is_invocable_v<WriteLine&, const std::string&>, int> = 0>
+  template <class WriteLine, std::enable_if_t<std::is_invocable_v<WriteLine&, const std::string&> &&
+                                                  std::is_copy_constructible_v<WriteLine>,
+                                              int> = 0>
   explicit json_line_sink(WriteLine write_line) : target_("a callback") {
     // A null function pointer; an empty std::function (or other callable with an explicit
     // operator bool). A lambda converts to bool only through a function pointer, never null.

@@ -14,7 +14,8 @@
 ///   through get()), and return the launch_status of their launches;
 /// - the host files include <cuscope/cuscope.hpp> (as .cpp files, nvcc is not needed for them at
 ///   all), own the memory, and hand a launcher's status to cuscope::check_launch, which throws
-///   cuscope::cuda_error naming the launch.
+///   cuscope::cuda_error naming the launch (cuscope::out_of_memory, a std::bad_alloc, when the
+///   launch could not get device memory).
 ///
 /// A stream handle with cuscope::stream_ref's members would need their definitions here too (an
 /// inline function must be defined wherever it is used), and with them <string> and cuscope's

@@ -43,9 +43,10 @@ namespace cuscope {
 ///
 /// Non-owning and cheap to copy (a pool reference, a stream and, for a session's resource, a
 /// counted reference to the session's accounting): the pool must outlive it and every allocation
-/// made through it. Two resources are equal when they refer to the same pool (memory from one may
-/// be returned through the other). Alignments up to 256 bytes (powers of two) are honoured, as
-/// every pool allocation is 256-byte aligned; a larger one is refused with std::invalid_argument.
+/// made through it. Two resources are equal when they refer to the same pool and count for the same
+/// session, or for none (memory from one may be returned through the other). Alignments up to 256
+/// bytes (powers of two) are honoured, as every pool allocation is 256-byte aligned; a larger one
+/// is refused with std::invalid_argument.
 ///
 /// The stream-ordered members (allocate(stream, ...), allocate_async) run on the stream given.
 /// The synchronous ones (allocate_sync, and allocate(bytes, alignment) under the CCCL 3.0 names)

@@ -163,8 +163,9 @@ template <class Session, detail::if_session<Session> = 0>
 /// on it may still run (after a thrust_policy algorithm, for instance).
 ///
 /// Copies of a vector take the same pool and stream; copy assignment keeps the target's, move
-/// assignment and swap take the other's. Two allocators are equal when they share pool and stream.
-/// Not default-constructible: there is no default pool.
+/// assignment and swap take the other's. Two allocators are equal when they share pool and stream
+/// and count for the same session, or for none. Not default-constructible: there is no default
+/// pool.
 template <class T>
 class thrust_allocator {
  public:
