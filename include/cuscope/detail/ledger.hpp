@@ -87,14 +87,6 @@ class spin_lock {
 /// checked and taken before it is made (charge), so that a request over budget never reaches the
 /// pool.
 ///
-/// A ledger with neither a budget nor a parent (direct()) is owned by the thread that made it
-/// until its session closes: that thread counts its buffers without the lock, in records of its
-/// own (owner_enter, owner_discharge), which other threads free in place under the lock and hand
-/// back. The live counts are then the owner's plus the shared ones (which may go below zero,
-/// modulo 2^64, while the owner holds the allocations they freed), and the owner's live records
-/// hold references that refs_ does not show; close() folds the owner's counts into the shared
-/// ones (end_owner), after which everything takes the lock.
-///
 /// It also knows the streams the session synchronizes by name (its own and those listed), and
 /// whether memory was handed out or moved onto any other stream, in which case the session
 /// synchronizes the device: a stream it was not told about may be destroyed before the end.
