@@ -100,10 +100,9 @@ class device_allocation {
   /// @brief As device_allocation(stream, bytes, pool, accounting, policy), named in the session's
   /// leak report by tag (a string that outlives the allocation, such as a literal; nullptr for
   /// none) and site.
-  CUSCOPE_DETAIL_HOT_INLINE device_allocation(stream_ref stream, std::size_t bytes,
-                                              memory_pool_ref pool, detail::ledger* accounting,
-                                              const char* tag, call_site site,
-                                              alloc_policy policy = alloc_policy::fail_fast)
+  device_allocation(stream_ref stream, std::size_t bytes, memory_pool_ref pool,
+                    detail::ledger* accounting, const char* tag, call_site site,
+                    alloc_policy policy = alloc_policy::fail_fast)
       : stream_(stream.get()), pool_(pool.get()), device_(pool.device()) {
     if (bytes == 0) return;
     if (accounting == nullptr) {
@@ -111,7 +110,7 @@ class device_allocation {
       bytes_ = bytes;
       return;
     }
-    allocate_in_session(pool, bytes, accounting, tag, site, policy);
+    allocate_counted(pool, bytes, accounting, tag, site, policy);
   }
 
   /// @brief Takes ownership of ptr, bytes allocated from pool on stream (for instance by
@@ -210,27 +209,18 @@ class device_allocation {
   // Frees data_ (not nullptr); leaves the members as they are. The usual case, memory no session
   // counts, inline; the counted one out of line.
   CUSCOPE_DETAIL_HOT_INLINE void free_memory() noexcept {
-    if (ledger_ != nullptr) return free_in_session();
+    if (ledger_ != nullptr) return free_counted();
     // cudaFreeAsync is ordered by the stream, whatever device is current; only a default stream
     // handle needs the pool's device to name the stream the memory was used on.
     if (detail::free_async_nothrow(data_, stream_, device_, bytes_) && detail::any_pool_recorded())
       detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
   }
 
-  // The counted half of the constructor: bytes (not 0) from pool on stream_, counted by
-  // accounting (not nullptr). Inline on the thread that owns the ledger (a session without a
-  // budget, not nested, on its own thread: no locked instruction); out of line
-  // (allocate_counted, the ledger's lock) otherwise.
-  CUSCOPE_DETAIL_HOT_INLINE void allocate_in_session(const memory_pool_ref& pool, std::size_t bytes,
-                                                     detail::ledger* accounting, const char* tag,
-                                                     call_site site, alloc_policy policy);
+  // The counted half of the constructor, out of line: bytes (not 0) from pool on stream_,
+  // counted by accounting (not nullptr).
   void allocate_counted(const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting,
                         const char* tag, call_site site, alloc_policy policy);
-  [[noreturn]] void allocate_direct_failed(detail::ledger* accounting, void* p, std::size_t bytes);
 
-  // The free of memory a session counts: inline on the thread that owns the ledger, for memory
-  // allocated there; else free_counted(), out of line.
-  CUSCOPE_DETAIL_HOT_INLINE void free_in_session() noexcept;
   void free_counted() noexcept;
 
   void* data_ = nullptr;
@@ -239,7 +229,7 @@ class device_allocation {
   cudaMemPool_t pool_ = nullptr;
   int device_ = 0;
   detail::ledger* ledger_ = nullptr;
-  std::uintptr_t slot_ = detail::no_ledger_entry;  // ledger_'s record of it (ledger::entry)
+  std::uint32_t slot_ = detail::no_ledger_slot;  // in ledger_'s records
 };
 
 }  // namespace cuscope
@@ -345,7 +335,7 @@ CUSCOPE_DETAIL_NOINLINE inline void free_discharged_nothrow(void* ptr, std::size
 }  // namespace detail
 
 inline void* device_allocation::release() noexcept {
-  if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge_entry(bytes_, slot_, false);
+  if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge(bytes_, slot_, false);
   bytes_ = 0;
   return std::exchange(data_, nullptr);
 }
@@ -353,43 +343,7 @@ inline void* device_allocation::release() noexcept {
 inline void device_allocation::set_stream(stream_ref stream) {
   if (data_ != nullptr) detail::order_after(stream, stream_ref(stream_), device_);
   stream_ = stream.get();
-  if (ledger_ != nullptr) ledger_->moved_to_entry(stream_, slot_);
-}
-
-CUSCOPE_DETAIL_HOT_INLINE inline void device_allocation::allocate_in_session(
-    const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting, const char* tag,
-    call_site site, alloc_policy policy) {
-  if (!accounting->owned_here())
-    return allocate_counted(pool, bytes, accounting, tag, site, policy);
-  void* p = nullptr;
-  try {
-    p = pool.allocate_recorded(stream_ref(stream_), bytes, policy, accounting->recording());
-    slot_ = accounting->owner_enter(p, bytes, stream_, tag, site.file, site.line);
-  } catch (...) {
-    allocate_direct_failed(accounting, p, bytes);
-  }
-  data_ = p;
-  bytes_ = bytes;
-  ledger_ = accounting;
-}
-
-// In a handler of allocate_in_session(): counts a refusal by the pool, or frees p when the
-// ledger could not record it (std::bad_alloc) and records the free where the allocation was;
-// rethrows.
-CUSCOPE_DETAIL_COLD inline void device_allocation::allocate_direct_failed(
-    detail::ledger* accounting, void* p, std::size_t bytes) {
-  try {
-    throw;
-  } catch (const out_of_memory& e) {
-    if (e.status() != cudaSuccess) accounting->refused(false);
-    throw;
-  } catch (...) {
-    const detail::record_target& target = accounting->recording();
-    if (p != nullptr && detail::free_async_nothrow(p, stream_, device_, bytes) &&
-        detail::may_record(target))
-      detail::notify_free(target, device_, pool_, stream_, p, bytes);
-    throw;
-  }
+  if (ledger_ != nullptr) ledger_->moved_to(stream_, slot_);
 }
 
 CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted(
@@ -400,8 +354,7 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted(
   void* p = nullptr;
   try {
     p = pool.allocate_recorded(stream_ref(stream_), bytes, policy, target);
-    slot_ = detail::ledger::shared_entry(
-        accounting->enter(p, bytes, stream_, tag, site.file, site.line, charged));
+    slot_ = accounting->enter(p, bytes, stream_, tag, site.file, site.line, charged);
   } catch (const out_of_memory& e) {
     // From the pool (p is not allocated): a budget refused in charge(), and counted it.
     if (e.status() != cudaSuccess) accounting->refused(false);
@@ -421,27 +374,16 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted(
   ledger_ = accounting;
 }
 
-CUSCOPE_DETAIL_HOT_INLINE inline void device_allocation::free_in_session() noexcept {
-  if (!ledger_->owned_here(slot_)) return free_counted();
-  if (!detail::free_async_nothrow(data_, stream_, device_, bytes_))
-    return ledger_->abandon_entry(slot_);  // still allocated: counted, as a leak
-  if (detail::recorder_hook* h = ledger_->hook())
-    h->record_free(device_, pool_, stream_, data_, bytes_);
-  else if (detail::any_pool_recorded())
-    detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
-  ledger_->owner_discharge(bytes_, slot_);
-}
-
 CUSCOPE_DETAIL_NOINLINE inline void device_allocation::free_counted() noexcept {
   if (detail::free_async_nothrow(data_, stream_, device_, bytes_)) {
     if (detail::recorder_hook* h = ledger_->hook())
       h->record_free(device_, pool_, stream_, data_, bytes_);
     else if (detail::any_pool_recorded())
       detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
-    ledger_->discharge_entry(bytes_, slot_, true);
+    ledger_->discharge(bytes_, slot_);
   } else {
     // Still allocated: the session goes on counting it, and names it as a leak.
-    ledger_->abandon_entry(slot_);
+    ledger_->abandon();
   }
 }
 

@@ -86,10 +86,9 @@ class device_buffer {
   /// synchronize, unless policy is alloc_policy::retry_after_trim and the first try fails.
   /// @throws std::length_error when the byte count overflows; out_of_memory when a session's
   /// budget or the pool refuses.
-  CUSCOPE_DETAIL_HOT_INLINE device_buffer(stream_ref stream, std::size_t count,
-                                          memory_pool_ref pool, detail::ledger* accounting,
-                                          const char* tag, call_site site,
-                                          alloc_policy policy = alloc_policy::fail_fast)
+  device_buffer(stream_ref stream, std::size_t count, memory_pool_ref pool,
+                detail::ledger* accounting, const char* tag, call_site site,
+                alloc_policy policy = alloc_policy::fail_fast)
       : alloc_(stream, detail::bytes_of<T>(count, "cuscope::device_buffer"), pool, accounting, tag,
                site, policy) {}
 
@@ -146,7 +145,7 @@ class device_buffer {
   device_buffer& operator=(device_buffer&& other) noexcept = default;
   /// @brief Frees the memory on the buffer's stream; never throws (a failure goes to the cleanup
   /// handler).
-  CUSCOPE_DETAIL_HOT_INLINE ~device_buffer() {}  // NOLINT(modernize-use-equals-default): inline
+  ~device_buffer() = default;
 
   /// @brief Takes ownership of ptr, count elements allocated from pool on stream (for instance
   /// by cudaMallocFromPoolAsync, or released by another buffer). It will be freed on stream.

@@ -376,9 +376,7 @@ struct session_options {
 /// session open throws std::logic_error naming both; a parent destroyed first reports the misuse
 /// to the cleanup handler and ends, and the nested session goes on counting against its parent's
 /// budget without touching the destroyed object.
-/// Not copyable or movable; use it from one thread (make_buffer may be called from several; on
-/// the session's own thread, without a budget and not nested, it counts without a locked
-/// instruction).
+/// Not copyable or movable; use it from one thread (make_buffer may be called from several).
 class session {
  public:
   /// @brief Begins a session on pool and stream.
@@ -425,18 +423,20 @@ class session {
   /// @param site where the call was made, for the leak report (the caller's file and line by
   /// default).
   template <class T>
-  [[nodiscard]] CUSCOPE_DETAIL_HOT_INLINE device_buffer<T> make_buffer(
-      std::size_t count, const char* tag = nullptr, call_site site = call_site::current()) {
+  [[nodiscard]] device_buffer<T> make_buffer(std::size_t count, const char* tag = nullptr,
+                                             call_site site = call_site::current()) {
     return make_buffer<T>(stream_, count, tag, site);
   }
 
   /// @brief As make_buffer(count), on another stream. The session's end synchronizes it when it
   /// is listed in session_options::streams, and the whole device otherwise.
   template <class T>
-  [[nodiscard]] CUSCOPE_DETAIL_HOT_INLINE device_buffer<T> make_buffer(
-      stream_ref stream, std::size_t count, const char* tag = nullptr,
-      call_site site = call_site::current()) {
-    if (finished_) after_finish("make_buffer");
+  [[nodiscard]] device_buffer<T> make_buffer(stream_ref stream, std::size_t count,
+                                             const char* tag = nullptr,
+                                             call_site site = call_site::current()) {
+    if (finished_)
+      throw std::logic_error("cuscope::session '" + options_.name +
+                             "': make_buffer after the session finished");
     return device_buffer<T>(stream, count, pool_, ledger_, tag, site, options_.on_pool_full);
   }
 
@@ -446,7 +446,9 @@ class session {
   /// @throws std::logic_error after finish(); out_of_memory when a budget or the pool refuses.
   [[nodiscard]] void* allocate(stream_ref stream, std::size_t bytes, const char* tag = nullptr,
                                call_site site = call_site::current()) {
-    if (finished_) after_finish("allocate");
+    if (finished_)
+      throw std::logic_error("cuscope::session '" + options_.name +
+                             "': allocate after the session finished");
     return detail::accounted_allocate(pool_, stream, bytes, ledger_, "cuscope::session::allocate",
                                       tag, site.file, site.line, options_.on_pool_full);
   }
@@ -487,12 +489,6 @@ class session {
   session(session* parent, memory_pool_ref pool, stream_ref stream, session_options options);
 
   void begin(session* parent);
-
-  // Throws std::logic_error: what (make_buffer, allocate) was called after the session finished.
-  [[noreturn]] CUSCOPE_DETAIL_COLD void after_finish(const char* what) const {
-    throw std::logic_error("cuscope::session '" + options_.name + "': " + what +
-                           " after the session finished");
-  }
 
   // What the pool could hand out now without waiting, and who holds the device's memory.
   struct admission_reading {

@@ -29,15 +29,11 @@ struct allocation_record {
   const void* ptr = nullptr;  // nullptr: a free slot
   std::size_t bytes = 0;
   cudaStream_t stream = nullptr;
-  const char* tag = nullptr;          // the caller's, a string that outlives the allocation
-  const char* file = nullptr;         // the call site
-  unsigned line = 0;                  // the call site; in a free slot, the next free slot
-  bool holds_ref = false;             // the allocation holds a reference to the ledger
-  allocation_record* next = nullptr;  // in a free record of the owner's, the next free one
+  const char* tag = nullptr;   // the caller's, a string that outlives the allocation
+  const char* file = nullptr;  // the call site
+  unsigned line = 0;           // the call site; in a free slot, the next free slot
+  bool holds_ref = false;      // the allocation holds a reference to the ledger
 };
-
-/// An address per thread, which tells a ledger's owning thread from the others.
-inline thread_local char ledger_thread_token = 0;
 
 /// A live allocation with the name of the session it was charged to.
 struct named_record {
@@ -52,29 +48,24 @@ struct named_record {
 class spin_lock {
  public:
   void lock() noexcept {
-    if (flag_.exchange(true, std::memory_order_acquire)) contended();
+    if (flag_.test_and_set(std::memory_order_acquire)) contended();
   }
-  void unlock() noexcept { flag_.store(false, std::memory_order_release); }
+  void unlock() noexcept { flag_.clear(std::memory_order_release); }
 
  private:
   CUSCOPE_DETAIL_NOINLINE void contended() noexcept {
-    // Waits reading the flag, which leaves its cache line shared with the holder's core, and
-    // tries to take it only once it reads free.
-    unsigned spins = 0;
-    do {
-      while (flag_.load(std::memory_order_relaxed)) {
-        if (++spins < 64) {
+    for (unsigned spins = 0; flag_.test_and_set(std::memory_order_acquire); ++spins) {
+      if (spins < 64) {
 #if defined(__x86_64__) || defined(__i386__)
-          __builtin_ia32_pause();
+        __builtin_ia32_pause();
 #endif
-        } else {
-          (void)sched_yield();
-        }
+      } else {
+        (void)sched_yield();
       }
-    } while (flag_.exchange(true, std::memory_order_acquire));
+    }
   }
 
-  std::atomic<bool> flag_{false};
+  std::atomic_flag flag_ = ATOMIC_FLAG_INIT;
 };
 
 /// Live allocations and bytes charged to a session, with an optional budget that also counts
@@ -98,11 +89,9 @@ class ledger {
         stream_(stream),
         budget_(budget_bytes),
         budgeted_(budget_bytes != 0 || (parent != nullptr && parent->budgeted_)),
-        direct_(parent == nullptr && !budgeted_),
         name_(std::move(name)),
         listed_(std::move(listed)) {
     recording_.tally = &tally_;
-    if (direct_) owner_.store(&ledger_thread_token, std::memory_order_relaxed);
     if (parent_ == nullptr) return;
     parent_->add_sub(this);
     parent_->retain();
@@ -122,12 +111,7 @@ class ledger {
     bool last = false;
     {
       const std::lock_guard<spin_lock> lock(lock_);
-      // While an owner counts without the lock, its live records hold references refs_ does not
-      // show (close() ends the owner). A session released unclosed (its constructor failed) is
-      // released on its own thread, which ends the owner here.
-      if (--refs_ == 0 && owner_.load(std::memory_order_relaxed) == &ledger_thread_token)
-        end_owner();
-      last = refs_ == 0 && owner_.load(std::memory_order_relaxed) == nullptr;
+      last = --refs_ == 0;
     }
     if (last) destroy();
   }
@@ -145,8 +129,8 @@ class ledger {
         const std::lock_guard<spin_lock> lock(l->lock_);
         // Checked before it is added: a request that does not fit never shows in the count, and
         // a huge one cannot wrap the sum around to something that fits.
-        live = l->bytes_.load(std::memory_order_relaxed);
-        over = l->budget_ != 0 && (bytes > l->budget_ || live > l->budget_ - bytes);
+        over = l->budget_ != 0 && (bytes > l->budget_ || l->bytes_ > l->budget_ - bytes);
+        live = l->bytes_;
         if (!over) l->add_bytes(bytes);
       }
       if (over) {
@@ -171,7 +155,7 @@ class ledger {
     if (!charged) return;
     for (ledger* l = this; l != nullptr; l = l->parent_) {
       const std::lock_guard<spin_lock> lock(l->lock_);
-      l->sub_bytes(bytes);
+      l->bytes_ -= bytes;
     }
   }
 
@@ -198,118 +182,16 @@ class ledger {
       records_[slot] = allocation_record{ptr, bytes, stream, tag, file, line, holds_ref};
       refs_ += holds_ref;
       ++count_;
+      ++allocations_;
       if (!charged) add_bytes(bytes);
     }
     for (ledger* l = parent_; l != nullptr; l = l->parent_) {
       const std::lock_guard<spin_lock> lock(l->lock_);
       ++l->count_;
+      ++l->allocations_;
       if (!charged) l->add_bytes(bytes);
     }
     return slot;
-  }
-
-  /// Whether an allocation counted here needs this ledger only: no budget here or above, no
-  /// enclosing ledger. Then the session's own thread counts its buffers without the lock
-  /// (owned_here()).
-  bool direct() const noexcept { return direct_; }
-
-  /// Where a buffer's allocation is recorded: the address of one of the owner's records (even),
-  /// or (slot << 1) | 1 for a slot of the shared ones; no_ledger_entry for none.
-  using entry = std::uintptr_t;
-  static entry shared_entry(std::uint32_t slot) noexcept {
-    return slot == no_slot ? no_ledger_entry : (static_cast<entry>(slot) << 1) | 1;
-  }
-
-  /// Whether the calling thread owns this ledger: the thread that made it (the session's own),
-  /// while the session is open, when direct(). Its make_buffer counts with owner_enter() and
-  /// owner_discharge(), plain stores without a locked instruction.
-  CUSCOPE_DETAIL_HOT_INLINE bool owned_here() const noexcept {
-    return owner_.load(std::memory_order_relaxed) == &ledger_thread_token;
-  }
-  /// Whether e is the owner's record and the calling thread the owner.
-  CUSCOPE_DETAIL_HOT_INLINE bool owned_here(entry e) const noexcept {
-    return (e & 1) == 0 && owned_here();
-  }
-
-  /// enter(ptr, bytes, stream, tag, file, line, false, true), on the owning thread (owned_here()):
-  /// a record from the owner's free list, its counts and its peak, returned as an entry. Throws
-  /// std::bad_alloc, changing nothing.
-  CUSCOPE_DETAIL_HOT_INLINE entry owner_enter(const void* ptr, std::size_t bytes,
-                                              cudaStream_t stream, const char* tag,
-                                              const char* file, unsigned line) {
-    if (stream != stream_) note_stream(stream);
-    allocation_record* r = owner_free_;
-    if (r == nullptr) r = owner_grow();
-    owner_free_ = r->next;
-    r->ptr = ptr;
-    r->bytes = bytes;
-    r->stream = stream;
-    r->tag = tag;
-    r->file = file;
-    r->line = line;  // holds_ref: unused in the owner's records, which all hold a reference
-    ++owner_allocations_;
-    const std::size_t now = owner_bytes_.load(std::memory_order_relaxed) + bytes;
-    owner_bytes_.store(now, std::memory_order_relaxed);
-    // With the others' live bytes as last counted (exact when no other thread allocates).
-    const std::size_t total = now + bytes_.load(std::memory_order_relaxed);
-    if (total > owner_peak_) owner_peak_ = total;
-    return reinterpret_cast<entry>(r);
-  }
-
-  /// Reverses owner_enter() for the allocation at e (owned_here(e)), freed.
-  CUSCOPE_DETAIL_HOT_INLINE void owner_discharge(std::size_t bytes, entry e) noexcept {
-    auto* const r = reinterpret_cast<allocation_record*>(e);
-    r->ptr = nullptr;
-    r->next = owner_free_;
-    owner_free_ = r;
-    owner_bytes_.store(owner_bytes_.load(std::memory_order_relaxed) - bytes,
-                       std::memory_order_relaxed);
-    ++owner_frees_;
-  }
-
-  /// Reverses enter() or owner_enter() for the allocation at e, with the lock: freed (counted in
-  /// frees()), or released to the caller. The owner's records are handed back to it.
-  CUSCOPE_DETAIL_NOINLINE void discharge_entry(std::size_t bytes, entry e, bool freed) noexcept {
-    if (e == no_ledger_entry) return discharge(bytes, no_slot, freed);
-    if ((e & 1) != 0) return discharge(bytes, static_cast<std::uint32_t>(e >> 1), freed);
-    // One of the owner's records: handed back to the owner through remote_free_. Its counts are
-    // taken from the shared ones, which may go below zero (modulo 2^64) while the owner's hold
-    // them: their sum is the count.
-    auto* const r = reinterpret_cast<allocation_record*>(e);
-    bool last = false;
-    {
-      const std::lock_guard<spin_lock> lock(lock_);
-      r->ptr = nullptr;
-      r->next = remote_free_;
-      remote_free_ = r;
-      bytes_.store(bytes_.load(std::memory_order_relaxed) - bytes, std::memory_order_relaxed);
-      --count_;
-      frees_ += freed;
-      released_ += !freed;
-      last = --refs_ == 0 && owner_.load(std::memory_order_relaxed) == nullptr;
-    }
-    if (last) destroy();
-  }
-
-  /// The free of the buffer at e failed: the memory is still allocated and stays counted and
-  /// recorded (a leak), but no longer holds a reference.
-  void abandon_entry(entry e) noexcept {
-    if ((e & 1) != 0) return abandon();
-    bool last = false;
-    {
-      const std::lock_guard<spin_lock> lock(lock_);
-      last = --refs_ == 0 && owner_.load(std::memory_order_relaxed) == nullptr;
-    }
-    if (last) destroy();
-  }
-
-  /// moved_to(stream, slot) for the buffer at e.
-  void moved_to_entry(cudaStream_t stream, entry e) noexcept {
-    if ((e & 1) != 0 || e == no_ledger_entry)
-      return moved_to(stream, e == no_ledger_entry ? no_slot : static_cast<std::uint32_t>(e >> 1));
-    if (stream != stream_) note_stream(stream);
-    const std::lock_guard<spin_lock> lock(lock_);
-    reinterpret_cast<allocation_record*>(e)->stream = stream;
   }
 
   /// Reverses charge() and enter() for the allocation in slot, and drops its reference if it holds
@@ -318,10 +200,9 @@ class ledger {
   void discharge(std::size_t bytes, std::uint32_t slot, bool freed = true) noexcept {
     for (ledger* l = parent_; l != nullptr; l = l->parent_) {
       const std::lock_guard<spin_lock> lock(l->lock_);
-      l->sub_bytes(bytes);
+      l->bytes_ -= bytes;
       --l->count_;
       l->frees_ += freed;
-      l->released_ += !freed;
     }
     bool last = false;
     {
@@ -333,11 +214,10 @@ class ledger {
         records_[slot].line = free_slot_;
         free_slot_ = slot;
       }
-      sub_bytes(bytes);
+      bytes_ -= bytes;
       --count_;
       frees_ += freed;
-      released_ += !freed;
-      last = ref && --refs_ == 0 && owner_.load(std::memory_order_relaxed) == nullptr;
+      last = ref && --refs_ == 0;
     }
     if (last) destroy();
   }
@@ -371,10 +251,6 @@ class ledger {
       const std::lock_guard<spin_lock> lock(lock_);
       for (const allocation_record& r : records_)
         if (r.ptr != nullptr) out.push_back(named_record{r, name_});
-      // The owner's, read on the owning thread or once the session ended.
-      for (const std::vector<allocation_record>& chunk : owner_chunks_)
-        for (const allocation_record& r : chunk)
-          if (r.ptr != nullptr) out.push_back(named_record{r, name_});
     }
     for (ledger* sub : subs_)
       sub->live_records(out);
@@ -468,8 +344,6 @@ class ledger {
     if (open.empty() || force) {
       closed_ = true;
       closed_flag_.store(true, std::memory_order_release);
-      const std::lock_guard<spin_lock> counts(lock_);
-      end_owner();
     }
     return open;
   }
@@ -490,29 +364,27 @@ class ledger {
   /// memory is still allocated, and the session reports it as a leak.
   void abandon() noexcept { release(); }
 
-  // The owner's counts (owner_allocations_ and the others but owner_bytes_) are read on the owning
-  // thread, or once the session ended (when they are 0).
   std::size_t live_bytes() const noexcept {
     const std::lock_guard<spin_lock> lock(lock_);
-    return bytes_.load(std::memory_order_relaxed) + owner_bytes_.load(std::memory_order_relaxed);
+    return bytes_;
   }
   std::size_t live_allocations() const noexcept {
     const std::lock_guard<spin_lock> lock(lock_);
-    return count_ + owner_count();
+    return count_;
   }
   std::size_t peak_bytes() const noexcept {
     const std::lock_guard<spin_lock> lock(lock_);
-    return peak_ > owner_peak_ ? peak_ : owner_peak_;
+    return peak_;
   }
   /// Allocations counted here (and in the ledgers under this one) since it began.
   std::size_t allocations() const noexcept {
     const std::lock_guard<spin_lock> lock(lock_);
-    return count_ + frees_ + released_ + owner_allocations_;
+    return allocations_;
   }
   /// Of them, those freed (not released to their caller, not still live).
   std::size_t frees() const noexcept {
     const std::lock_guard<spin_lock> lock(lock_);
-    return frees_ + owner_frees_;
+    return frees_;
   }
   std::size_t budget_refusals() const noexcept {
     return budget_refusals_.load(std::memory_order_relaxed);
@@ -564,50 +436,10 @@ class ledger {
     }
   }
 
-  // Under lock_. The peak counts the owner's live bytes as last counted.
-  void add_bytes(std::size_t bytes) noexcept {
-    const std::size_t now = bytes_.load(std::memory_order_relaxed) + bytes;
-    bytes_.store(now, std::memory_order_relaxed);
-    const std::size_t total = now + owner_bytes_.load(std::memory_order_relaxed);
-    if (total > peak_) peak_ = total;
-  }
   // Under lock_.
-  void sub_bytes(std::size_t bytes) noexcept {
-    bytes_.store(bytes_.load(std::memory_order_relaxed) - bytes, std::memory_order_relaxed);
-  }
-
-  std::size_t owner_count() const noexcept { return owner_allocations_ - owner_frees_; }
-
-  // Under lock_: the owner's counts join the shared ones, and from now on every count takes the
-  // lock. On the owning thread (or after it, in order).
-  void end_owner() noexcept {
-    if (owner_.load(std::memory_order_relaxed) == nullptr) return;
-    bytes_.store(
-        bytes_.load(std::memory_order_relaxed) + owner_bytes_.load(std::memory_order_relaxed),
-        std::memory_order_relaxed);
-    owner_bytes_.store(0, std::memory_order_relaxed);
-    count_ += owner_count();
-    refs_ += owner_count();  // the owner's live records hold references, abandoned ones aside
-    frees_ += owner_frees_;
-    if (owner_peak_ > peak_) peak_ = owner_peak_;
-    owner_allocations_ = owner_frees_ = owner_peak_ = 0;
-    owner_free_ = nullptr;
-    owner_.store(nullptr, std::memory_order_relaxed);
-  }
-
-  // On the owning thread, out of line: free records, those other threads freed or a new chunk of
-  // them, linked; throws std::bad_alloc. Records never move: other threads free them in place.
-  CUSCOPE_DETAIL_NOINLINE allocation_record* owner_grow() {
-    const std::lock_guard<spin_lock> lock(lock_);
-    if (remote_free_ != nullptr) return std::exchange(remote_free_, nullptr);
-    const std::size_t n = owner_chunks_.empty()                ? 16
-                          : owner_chunks_.back().size() < 4096 ? owner_chunks_.back().size() * 2
-                                                               : 4096;
-    owner_chunks_.emplace_back(n);
-    std::vector<allocation_record>& chunk = owner_chunks_.back();
-    for (std::size_t i = 0; i + 1 < n; ++i)
-      chunk[i].next = &chunk[i + 1];
-    return chunk.data();
+  void add_bytes(std::size_t bytes) noexcept {
+    bytes_ += bytes;
+    if (bytes_ > peak_) peak_ = bytes_;
   }
 
   // Under lock_: a new free slot, the last; throws std::bad_alloc.
@@ -620,7 +452,7 @@ class ledger {
   // Takes the lock.
   void take_back(std::size_t bytes) noexcept {
     const std::lock_guard<spin_lock> lock(lock_);
-    sub_bytes(bytes);
+    bytes_ -= bytes;
   }
 
   // The last reference is gone. A nested ledger that still counts live allocations (memory freed
@@ -645,32 +477,20 @@ class ledger {
                         cudaSuccess);
   }
 
-  // The owner's, touched without a lock by the thread that owns the ledger (the session's, while
-  // it is open and direct()), on a cache line of their own.
-  alignas(64) std::atomic<const void*> owner_{nullptr};  // &ledger_thread_token; nullptr: none
-  allocation_record* owner_free_ = nullptr;
-  std::atomic<std::size_t> owner_bytes_{0};  // read by other threads too
-  std::size_t owner_allocations_ = 0;
-  std::size_t owner_frees_ = 0;  // what the owner released goes through discharge_entry()
-  std::size_t owner_peak_ = 0;
-
-  // What an allocation under the lock touches first, together.
-  alignas(64) mutable spin_lock lock_;  // what follows to records_, and the owner's chunks
+  // What an allocation touches first, together.
+  mutable spin_lock lock_;  // refs_, bytes_, count_, peak_, records_ and free_slot_
   std::uint32_t free_slot_ = no_slot;
   ledger* parent_;
   cudaStream_t stream_;
   std::size_t refs_ = 1;
-  std::atomic<std::size_t> bytes_{0};  // written under lock_, read by the owner without it
+  std::size_t bytes_ = 0;
   std::size_t count_ = 0;
   std::size_t peak_ = 0;
+  std::size_t allocations_ = 0;
   std::size_t frees_ = 0;
   std::vector<allocation_record> records_;
-  std::size_t released_ = 0;  // counted allocations given up to their caller (not freed)
-  std::vector<std::vector<allocation_record>> owner_chunks_;  // the owner's records
-  allocation_record* remote_free_ = nullptr;  // the owner's records freed by other threads
   std::size_t budget_;
   bool budgeted_;  // a budget here or in an enclosing ledger
-  bool direct_;    // direct()
   std::atomic<bool> other_streams_{false};
   std::atomic<bool> closed_flag_{false};
   std::string name_;

@@ -17,9 +17,6 @@ class ledger;
 /// The slot of an allocation that no ledger records (ledger::no_slot).
 inline constexpr std::uint32_t no_ledger_slot = 0xFFFFFFFFu;
 
-/// Where a ledger records a buffer's allocation (ledger::entry): none.
-inline constexpr std::uintptr_t no_ledger_entry = 0;
-
 /// Enables the overloads that take a session (thrust_policy(session), batches(session, ...)),
 /// declared where session.hpp need not be included.
 template <class S>
