@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <atomic>
 #include <cuscope/memory_pool.hpp>
 #include <cuscope/report.hpp>
 #include <cuscope/session.hpp>
@@ -1049,4 +1050,108 @@ TEST_CASE(
     work.finish();
   }
   CHECK(sunk == 1);
+}
+TEST_CASE(
+    "session: buffers of one session made, freed, released and moved across threads are counted "
+    "once, named when leaked, and outlive it",
+    "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  stream other;
+  constexpr std::size_t made = 3000;
+  std::optional<device_buffer<char>> kept_main;
+  std::optional<device_buffer<char>> kept_worker;
+  void* released = nullptr;
+  {
+    session_options o;
+    o.name = "shared";
+    o.on_leak = leak_policy::ignore;
+    o.streams = {other};
+    session work(pool, s, o);
+    std::vector<device_buffer<char>> from_main;
+    std::vector<device_buffer<char>> from_worker;
+    // Both threads make buffers at once: the session's own thread, and another.
+    std::thread maker([&] {
+      for (std::size_t i = 0; i < made; ++i)
+        from_worker.push_back(work.make_buffer<char>(256, "worker"));
+      kept_worker.emplace(work.make_buffer<char>(3 * 1024, "kept on worker"));
+    });
+    for (std::size_t i = 0; i < made; ++i)
+      from_main.push_back(work.make_buffer<char>(512, "main"));
+    maker.join();
+    CHECK(work.live_allocations() == 2 * made + 1);
+    CHECK(work.live_bytes() == made * (256 + 512) + 3 * 1024);
+    // Each frees the other's buffers, while the session's thread makes more; one of the session
+    // thread's buffers is released on the other thread, another moved to another stream there.
+    kept_main.emplace(work.make_buffer<char>(5 * 1024, "kept on main"));
+    auto to_release = work.make_buffer<char>(1024, "released");
+    std::thread freer([&] {
+      from_main.clear();
+      released = to_release.release();
+      kept_main->set_stream(other);
+    });
+    for (std::size_t i = 0; i < made; ++i)
+      from_worker[i] = work.make_buffer<char>(128);
+    freer.join();
+    CHECK(work.live_allocations() == made + 2);
+    from_worker.clear();
+    CHECK(work.live_allocations() == 2);
+    CHECK(work.live_bytes() == 8 * 1024);
+    const session_report& r = work.finish();
+    CHECK(r.allocations == 3 * made + 3);
+    CHECK(r.frees == 3 * made);
+    CHECK(r.leaked_allocations == 2);
+    CHECK(r.leaked_bytes == 8 * 1024);
+    CHECK(r.tracked_peak_bytes >= made * 512);
+    CHECK(r.tracked_peak_bytes <= made * (256 + 512 + 128) + 9 * 1024);
+    REQUIRE(r.leaks.size() == 2);
+    CHECK(r.leaks[0].tag == "kept on main");
+    CHECK(r.leaks[0].stream == other.get());
+    CHECK(r.leaks[0].pointer == kept_main->data());
+    CHECK(r.leaks[1].tag == "kept on worker");
+    CHECK(r.leaks[1].pointer == kept_worker->data());
+  }
+  // The leaked buffers outlive the session, and are freed on either thread.
+  std::thread last([&] { kept_main.reset(); });
+  last.join();
+  kept_worker.reset();
+  pool.deallocate(s, released, 1024);
+  s.synchronize();
+  CHECK(pool.stats().used_bytes == 0);
+}
+
+TEST_CASE(
+    "session: finished and destroyed on another thread while the thread that made its buffers "
+    "frees them",
+    "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  for (int round = 0; round < 50; ++round) {
+    session_options o;
+    o.name = "handed over";
+    o.on_leak = leak_policy::ignore;
+    auto work = std::make_unique<session>(pool, s, o);
+    std::vector<device_buffer<char>> made;
+    for (int i = 0; i < 64; ++i)
+      made.push_back(work->make_buffer<char>(256));
+    std::atomic<bool> go{false};
+    session_report r;
+    std::thread ender([&] {
+      while (!go.load())
+        std::this_thread::yield();
+      r = work->finish();
+      work.reset();
+    });
+    go.store(true);
+    made.clear();  // on the thread that made them, while the other ends the session
+    ender.join();
+    // Every buffer was freed before or after the end: the report counts each once.
+    CHECK(r.allocations == 64);
+    CHECK(r.frees + r.leaked_allocations == 64);
+    CHECK(r.leaked_bytes == r.leaked_allocations * 256);
+  }
+  s.synchronize();
+  CHECK(pool.stats().used_bytes == 0);
 }
