@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Builds and runs every test, as CI does: the simulated device plain and under ASan+UBSan, the
-# real-runtime build (its tests run on a GPU and are reported Skipped without one), the header
-# checks, the link checks, the consumers and clang-format; then the toolchain matrix
+# Builds and runs every test, as CI does: the simulated device plain and under ASan+UBSan (the
+# tests that run threads under ThreadSanitizer too), the real-runtime build (its tests run on a
+# GPU and are reported Skipped without one), the header checks, the link checks, the consumers
+# and clang-format; then the toolchain matrix
 # (scripts/toolchains.sh, docs/toolchains.md). Installs what is missing: Catch2, the compilers,
 # the CUDA and CCCL wheels (downloaded once into a cache).
 #   CUSCOPE_TOOLCHAINS="NAME..."  only these combinations of the matrix; "none" for none
