@@ -12,15 +12,20 @@
 
 #include <thrust/device_vector.h>
 #include <thrust/memory.h>
+#include <chrono>
 #include <cstddef>
+#include <cuscope/device_buffer.hpp>
 #include <cuscope/memory_pool.hpp>
+#include <cuscope/recorder.hpp>
 #include <cuscope/session.hpp>
 #include <cuscope/stream.hpp>
 #include <cuscope/thrust.hpp>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "test_support.hpp"
 
@@ -175,6 +180,157 @@ TEST_CASE("thrust_allocator: a pool that cannot hold the storage throws out_of_m
   CHECK(used(pool) == MiB);
 }
 
+namespace {
+
+// An out-of-memory handler that frees the cache it is given (then waits for the free), or gives
+// up, and counts the times it is asked.
+struct oom_state {
+  std::optional<cuscope::device_buffer<char>>* cache = nullptr;
+  unsigned asked = 0;
+};
+
+bool free_cache(const cuscope::out_of_memory_info& info) noexcept {
+  auto* st = static_cast<oom_state*>(info.user);
+  ++st->asked;
+  if (!st->cache->has_value()) return false;
+  const cuscope::stream_ref s = (*st->cache)->stream();
+  st->cache->reset();
+  return cudaStreamSynchronize(s.get()) == cudaSuccess;
+}
+
+}  // namespace
+
+TEST_CASE("thrust_allocator and thrust_policy: a refused allocation asks the out-of-memory handler",
+          "[thrust][oom]") {
+  device_guard device;
+  cuscope::pool_options o;
+  o.max_bytes = 32 * MiB;
+  memory_pool pool(o);
+  stream s;
+  std::optional<cuscope::device_buffer<char>> cache;
+  cache.emplace(s, 24 * MiB, pool);
+  oom_state st;
+  st.cache = &cache;
+  const cuscope::scoped_out_of_memory_handler handler(&free_cache, &st);
+  auto policy = cuscope::thrust_policy(s, pool);
+  SECTION("the handler frees the cache: the vector grows") {
+    vector<int> v(thrust_allocator<int>(s, pool));
+    v.reserve(16 * ints_per_MiB);
+    CHECK(st.asked == 1);
+    CHECK_FALSE(cache.has_value());
+    CHECK(v.capacity() == 16 * ints_per_MiB);
+  }
+  SECTION("the handler frees the cache: the temporary storage is given") {
+    const auto buffer = thrust::get_temporary_buffer<char>(policy, 16 * MiB);
+    CHECK(st.asked == 1);
+    CHECK(used(pool) == 16 * MiB);
+    thrust::return_temporary_buffer(policy, buffer.first, buffer.second);
+  }
+  SECTION("nothing left to free: out_of_memory naming the pool, after asking again") {
+    cache.reset();
+    vector<int> v(thrust_allocator<int>(s, pool));
+    v.reserve(16 * ints_per_MiB);
+    CHECK_THROWS_WITH(thrust::get_temporary_buffer<char>(policy, 24 * MiB),
+                      contains(pool.describe()));
+    CHECK(st.asked == 1);
+    CHECK_THROWS_AS(v.reserve(40 * ints_per_MiB), cuscope::out_of_memory);
+    CHECK(st.asked == 2);
+    CHECK(v.capacity() == 16 * ints_per_MiB);
+  }
+  cache.reset();
+  s.synchronize();
+}
+
+TEST_CASE("thrust_allocator and thrust_policy: 0 bytes are a null pointer and no runtime call",
+          "[thrust]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  thrust_allocator<int> a(s, pool);
+  thrust_allocator<int> on_default(cuscope::stream_ref::legacy(), pool);
+  auto policy = cuscope::thrust_policy(s, pool);
+  auto& temporary = policy.get_allocator();
+#if CUSCOPE_TEST_SIMULATED
+  const std::size_t allocations = cuscope::sim::call_count("cudaMallocFromPoolAsync");
+  const std::size_t frees = cuscope::sim::call_count("cudaFreeAsync");
+#endif
+  const thrust::device_ptr<int> p = a.allocate(0);
+  CHECK(p.get() == nullptr);
+  a.deallocate(p, 0);
+  const thrust::device_ptr<int> d = on_default.allocate(0);
+  CHECK(d.get() == nullptr);
+  on_default.deallocate(d, 0);
+  char* t = temporary.allocate(0);
+  CHECK(t == nullptr);
+  temporary.deallocate(t, 0);
+#if CUSCOPE_TEST_SIMULATED
+  CHECK(cuscope::sim::call_count("cudaMallocFromPoolAsync") == allocations);
+  CHECK(cuscope::sim::call_count("cudaFreeAsync") == frees);
+#endif
+  CHECK(used(pool) == 0);
+  CHECK(cudaGetLastError() == cudaSuccess);
+}
+
+TEST_CASE(
+    "thrust_allocator and thrust_policy: a recorder attached to the pool, also after they "
+    "were made, sees every allocation and free",
+    "[thrust][recorder]") {
+  device_guard device;
+  memory_pool pool;
+  memory_pool other;
+  stream s;
+  const thrust_allocator<int> a(s, pool);
+  auto policy = cuscope::thrust_policy(s, pool);
+  cuscope::recorder_options ro;
+  ro.capacity = 64;
+  ro.sample_interval = std::chrono::hours(1);  // no samples but the attachments'
+  cuscope::recorder r(ro);
+  {
+    // A recorder on another pool only: nothing of this pool's is recorded, all is given back.
+    other.set_recorder(&r);
+    vector<int> v(a);
+    v.reserve(ints_per_MiB);
+    const auto buffer = thrust::get_temporary_buffer<char>(policy, 1000);
+    thrust::return_temporary_buffer(policy, buffer.first, buffer.second);
+    other.set_recorder(nullptr);
+  }
+  CHECK(used(pool) == 0);
+  pool.set_recorder(&r);
+  void* storage = nullptr;
+  void* temporary = nullptr;
+  {
+    vector<int> v(a);
+    v.reserve(ints_per_MiB);
+    storage = thrust::raw_pointer_cast(v.data());
+    const auto buffer = thrust::get_temporary_buffer<char>(policy, 1000);
+    temporary = thrust::raw_pointer_cast(buffer.first);
+    thrust::return_temporary_buffer(policy, buffer.first, buffer.second);
+  }
+  pool.set_recorder(nullptr);
+  s.synchronize();
+
+  std::vector<cuscope::memory_event> ev;
+  for (const cuscope::memory_event& e : r.events())
+    if (e.kind != cuscope::memory_event_kind::sample) ev.push_back(e);
+  REQUIRE(ev.size() == 4);
+  CHECK(ev[0].kind == cuscope::memory_event_kind::allocate);
+  CHECK(ev[0].ptr == storage);
+  CHECK(ev[0].bytes == MiB);
+  CHECK(ev[1].kind == cuscope::memory_event_kind::allocate);
+  CHECK(ev[1].ptr == temporary);
+  CHECK(ev[1].bytes == 1000);
+  CHECK(ev[2].kind == cuscope::memory_event_kind::free);
+  CHECK(ev[2].ptr == temporary);
+  CHECK(ev[2].bytes == 1000);
+  CHECK(ev[3].kind == cuscope::memory_event_kind::free);
+  CHECK(ev[3].ptr == storage);
+  CHECK(ev[3].bytes == MiB);
+  for (const cuscope::memory_event& e : ev) {
+    CHECK(e.pool == pool.get());
+    CHECK(e.stream == s.get());
+  }
+}
+
 TEST_CASE("thrust_policy: the temporary storage of algorithms comes from the pool and goes back",
           "[thrust]") {
   device_guard device;
@@ -229,6 +385,36 @@ TEST_CASE("thrust_allocator: a vector of device 1 on the per-thread stream, with
   const cuscope::scoped_device on(1);
   cuscope::stream_ref::per_thread().synchronize();
   CHECK(all_returned_after_trim(pool));
+}
+
+TEST_CASE(
+    "thrust_allocator and thrust_policy: a 0 handle and the legacy stream name the default "
+    "stream of the pool's device, with another device current",
+    "[thrust][devices]") {
+  device_guard device({2});
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
+  cuscope::pool_options o;
+  o.device = 1;
+  memory_pool pool(o);
+  const cudaStream_t null_stream = nullptr;  // the legacy default stream (per-thread: ptds builds)
+  for (const cuscope::stream_ref s :
+       {cuscope::stream_ref(null_stream), cuscope::stream_ref::legacy()}) {
+    {
+      vector<int> v(thrust_allocator<int>(s, pool));
+      v.reserve(ints_per_MiB);
+      CHECK(used(pool) == MiB);
+      auto policy = cuscope::thrust_policy(s, pool);
+      const auto buffer = thrust::get_temporary_buffer<char>(policy, 1000);
+      CHECK(used(pool) > MiB);
+      thrust::return_temporary_buffer(policy, buffer.first, buffer.second);
+      CHECK(cuscope::current_device() == 0);
+    }  // freed on device 1's default stream
+    CHECK(used(pool) == 0);
+    CHECK(cuscope::current_device() == 0);
+    const cuscope::scoped_device on(1);
+    s.synchronize();
+    CHECK(all_returned_after_trim(pool));
+  }
 }
 
 #if CUSCOPE_TEST_SIMULATED

@@ -43,6 +43,14 @@ namespace detail {
 ///
 /// It also holds what a thrust_allocator allocates with (the pool, the stream and the session's
 /// ledger): a thrust_allocator is its vector policy, which holds one of these, and nothing else.
+///
+/// What cannot change for the allocator's life is decided once, when it is made: whether it is
+/// rare (a session counts it, or its stream is a default stream handle, which names the default
+/// stream of the pool's device and so needs that device current). The usual allocation is then
+/// that flag, the recorder flag and the byte count tested, the runtime call and its status; the
+/// usual free the two flags, the pointer, the call and its status. Every other case (a session, a
+/// default stream, 0 bytes, a recorder attached to any pool, a failure) is served out of line by
+/// the pool's own paths, with their messages.
 class thrust_temporary_allocator {
  public:
   using value_type = char;
@@ -51,7 +59,11 @@ class thrust_temporary_allocator {
 
   thrust_temporary_allocator(stream_ref stream, memory_pool_ref pool,
                              ledger* accounting = nullptr) noexcept
-      : pool_(pool), stream_(stream.get()), ledger_(accounting) {}
+      : pool_(pool.get()),
+        stream_(stream.get()),
+        ledger_(accounting),
+        device_(pool.device()),
+        rare_(accounting != nullptr || is_default_stream(stream.get())) {}
 
   CUSCOPE_DETAIL_HOT_INLINE char* allocate(std::size_t bytes) {
     return static_cast<char*>(allocate_bytes(bytes, "cuscope::thrust_policy"));
@@ -61,26 +73,32 @@ class thrust_temporary_allocator {
     deallocate_bytes(ptr, bytes);
   }
 
-  // bytes on the stream, named who (in a session's leak report and messages). Without a
-  // session, the pool's own path inline (allocate_plain); a session's counting out of line.
+  // bytes on the stream, named who (in a session's leak report and messages).
   CUSCOPE_DETAIL_HOT_INLINE void* allocate_bytes(std::size_t bytes, const char* who) {
-    if (ledger_.get() != nullptr) return allocate_counted(bytes, who);
-    return allocate_plain(pool_, stream_, bytes);
+    // 0 bytes never reach the runtime: cudaMallocFromPoolAsync of 0 bytes succeeds on a GPU
+    // without writing the pointer, and the simulated device refuses it.
+    if ((rare_ | any_pool_recorded()) || bytes == 0) return allocate_rare(bytes, who);
+    void* p = nullptr;
+    const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, pool_, stream_);
+    if (status != cudaSuccess) return allocate_failed(bytes, status);
+    return p;
   }
 
   CUSCOPE_DETAIL_HOT_INLINE void deallocate_bytes(void* ptr, std::size_t bytes) noexcept {
-    if (ledger_.get() != nullptr)
-      return free_discharged_nothrow(ptr, bytes, stream_, pool_, ledger_.get());
-    free_plain_nothrow(ptr, bytes, stream_, pool_);
+    if (rare_ | any_pool_recorded()) return deallocate_rare(ptr, bytes);
+    if (ptr == nullptr) return;
+    const cudaError_t status = cudaFreeAsync(ptr, stream_);
+    if (status != cudaSuccess) (void)free_async_slow(ptr, stream_, device_, bytes, status);
   }
 
-  memory_pool_ref pool() const noexcept { return pool_; }
+  memory_pool_ref pool() const noexcept { return memory_pool_ref(pool_, device_); }
   stream_ref stream() const noexcept { return stream_ref(stream_); }
   ledger* accounting() const noexcept { return ledger_.get(); }
 
   friend bool operator==(const thrust_temporary_allocator& a,
                          const thrust_temporary_allocator& b) noexcept {
-    return a.pool_ == b.pool_ && a.stream_ == b.stream_ && a.ledger_.get() == b.ledger_.get();
+    return a.pool_ == b.pool_ && a.device_ == b.device_ && a.stream_ == b.stream_ &&
+           a.ledger_.get() == b.ledger_.get();
   }
   friend bool operator!=(const thrust_temporary_allocator& a,
                          const thrust_temporary_allocator& b) noexcept {
@@ -88,13 +106,30 @@ class thrust_temporary_allocator {
   }
 
  private:
-  CUSCOPE_DETAIL_NOINLINE void* allocate_counted(std::size_t bytes, const char* who) {
-    return accounted_allocate(pool_, stream_ref(stream_), bytes, ledger_.get(), who);
+  // A session's counting, a default stream, 0 bytes, a recorder attached to a pool.
+  CUSCOPE_DETAIL_NOINLINE void* allocate_rare(std::size_t bytes, const char* who) {
+    if (ledger_.get() != nullptr)
+      return accounted_allocate(pool(), stream(), bytes, ledger_.get(), who);
+    return pool().allocate(stream(), bytes);
   }
 
-  memory_pool_ref pool_;
+  // The failed runtime call: the out-of-memory handler, the exception naming the pool.
+  CUSCOPE_DETAIL_COLD void* allocate_failed(std::size_t bytes, cudaError_t status) {
+    return pool().allocate_failed(stream(), bytes, status);
+  }
+
+  CUSCOPE_DETAIL_NOINLINE void deallocate_rare(void* ptr, std::size_t bytes) noexcept {
+    if (ledger_.get() != nullptr)
+      return free_discharged_nothrow(ptr, bytes, stream_, pool(), ledger_.get());
+    free_plain_nothrow(ptr, bytes, stream_, pool());
+  }
+
+  // The pool as its handle and device, so that the flag fits beside the device: 32 bytes.
+  cudaMemPool_t pool_;
   cudaStream_t stream_;
   ledger_ref ledger_;
+  int device_;
+  bool rare_;  // a session counts it, or its stream is a default stream handle
 };
 
 #if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
