@@ -8,13 +8,18 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
-#include <iterator>  // std::input_iterator_tag, which the standard declares in <iterator> alone
 #include <limits>
 #include <optional>
 #include <stdexcept>
-#include <string>
+#include <string>  // std::input_iterator_tag in libstdc++, libc++ and Microsoft's library
 #include <type_traits>
 #include <utility>
+// The standard declares std::input_iterator_tag in <iterator> alone, which costs more to parse
+// than the rest of this header's standard headers; the libraries that declare it with <string>
+// are spared it.
+#if !defined(__GLIBCXX__) && !defined(_LIBCPP_VERSION) && !defined(_MSVC_STL_VERSION)
+#  include <iterator>
+#endif
 
 #include "detail/batch_pipeline.hpp"
 #include "detail/batch_plan.hpp"

@@ -213,6 +213,25 @@ CUSCOPE_DETAIL_HOT_INLINE inline bool free_async_nothrow(void* ptr, cudaStream_t
 /// not answer. Drivers round maxSize up: CCCL's tests see a 1 MiB limit refuse only 33 MiB.
 std::size_t enforced_max_bytes(cudaMemPool_t pool, std::size_t asked) noexcept;
 
+// The cold paths of every pool class, on a handle and a device: written once rather than as
+// members of pool_base, which every translation unit would instantiate for each pool class.
+// limit(self) gives the pool's limit (max_bytes()), asked only when a message needs it.
+using pool_limit_fn = std::size_t (*)(const void* self) noexcept;
+[[noreturn]] void throw_empty_pool();
+std::string describe_pool(cudaMemPool_t handle, int device);
+std::string pool_destroyed_note(cudaMemPool_t handle, cudaError_t status);
+[[noreturn]] void pool_failed(cudaMemPool_t handle, int device, cudaError_t status,
+                              const char* call);
+[[noreturn]] void pool_free_failed(cudaMemPool_t handle, int device, cudaError_t status,
+                                   const void* ptr, std::size_t bytes, stream_ref stream);
+void pool_trim(cudaMemPool_t handle, int device, std::size_t bytes);
+void* pool_allocate_failed(cudaMemPool_t handle, int device, pool_limit_fn limit, const void* self,
+                           stream_ref stream, std::size_t bytes, cudaError_t status,
+                           alloc_policy policy, record_target target);
+std::string pool_oom_message(cudaMemPool_t handle, int device, pool_limit_fn limit,
+                             const void* self, std::size_t bytes);
+bool ask_oom_handler(out_of_memory_info& info) noexcept;
+
 /// What memory_pool and memory_pool_ref share: every query and operation on a pool handle.
 template <class Derived>
 class pool_base {
@@ -336,9 +355,7 @@ class pool_base {
 
   cudaMemPool_t checked_handle() const;
 
-  [[noreturn]] CUSCOPE_DETAIL_COLD static void empty_pool() {
-    throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
-  }
+  [[noreturn]] static void empty_pool() { throw_empty_pool(); }
 
   std::size_t get_u64(cudaMemPoolAttr attr) const;
 
@@ -350,16 +367,20 @@ class pool_base {
 
   // Throws for a failed deallocate, naming the misuses CUDA refuses that way.
   [[noreturn]] CUSCOPE_DETAIL_COLD void free_failed(cudaError_t status, const void* ptr,
-                                                    std::size_t bytes, stream_ref stream) const;
+                                                    std::size_t bytes, stream_ref stream) const {
+    pool_free_failed(self().handle_, self().device_, status, ptr, bytes, stream);
+  }
 
   // Throws cuda_error for a call on the pool that failed with status, saying so when the
   // handle is one of a memory_pool that was destroyed (a reference, buffer or session outlived
   // it; or a pool made later outside cuscope got the same handle and was destroyed as well).
   [[noreturn]] CUSCOPE_DETAIL_COLD void failed(cudaError_t status, const char* call) const {
-    throw_cuda_error(status, call, __FILE__, __LINE__, describe() + destroyed_note(status));
+    pool_failed(self().handle_, self().device_, status, call);
   }
 
-  CUSCOPE_DETAIL_COLD std::string destroyed_note(cudaError_t status) const;
+  static std::size_t limit_of(const void* self) noexcept {
+    return static_cast<const Derived*>(self)->max_bytes();
+  }
 
   // allocate() on a default stream, with the pool's device current.
   CUSCOPE_DETAIL_NOINLINE void* allocate_on_device(stream_ref stream, std::size_t bytes,
@@ -373,12 +394,10 @@ class pool_base {
   // The cold half of allocate(): the retry policy asks for, then the exception.
   CUSCOPE_DETAIL_COLD void* allocate_failed(stream_ref stream, std::size_t bytes,
                                             cudaError_t status, alloc_policy policy,
-                                            detail::record_target target) const;
-
-  // Whether the out-of-memory handler (if any) asks for another try.
-  static bool ask_oom_handler(out_of_memory_info& info) noexcept;
-
-  CUSCOPE_DETAIL_COLD std::string oom_message(std::size_t bytes) const;
+                                            detail::record_target target) const {
+    return pool_allocate_failed(self().handle_, self().device_, &limit_of, &self(), stream, bytes,
+                                status, policy, target);
+  }
 };
 
 }  // namespace detail
@@ -628,10 +647,7 @@ access_flags pool_base<Derived>::access(int device) const {
 
 template <class Derived>
 void pool_base<Derived>::trim_to(std::size_t bytes) const {
-  const cudaError_t status = cudaMemPoolTrimTo(checked_handle(), bytes);
-  if (status != cudaSuccess) failed(status, "cudaMemPoolTrimTo(handle, bytes)");
-  if (detail::recorder_hook* h = detail::hook_for(self().handle_))
-    h->on_trim(self().device_, self().handle_, bytes);
+  pool_trim(self().handle_, self().device_, bytes);
 }
 
 template <class Derived>
@@ -649,22 +665,7 @@ void pool_base<Derived>::deallocate(stream_ref stream, void* ptr, std::size_t by
 
 template <class Derived>
 std::string pool_base<Derived>::describe() const {
-  const Derived& d = self();
-  if (d.handle_ == nullptr) return "empty memory_pool";
-  cudaMemPool_t default_pool = nullptr;
-  // Clears only the error it made: a caller's pending one stays for cudaGetLastError.
-  if (cudaDeviceGetDefaultMemPool(&default_pool, d.device_) != cudaSuccess)
-    (void)cudaGetLastError();
-  else if (default_pool == d.handle_)
-    return "the default pool of device " + std::to_string(d.device_);
-  std::string name;
-  try {
-    name = pool_directory::get().find(d.handle_).first;
-  } catch (const std::bad_alloc&) {  // the message goes without the name
-  }
-  return (name.empty() ? "pool " : "pool '" + name + "' ") +
-         format_pointer(static_cast<const void*>(d.handle_)) + " on device " +
-         std::to_string(d.device_);
+  return describe_pool(self().handle_, self().device_);
 }
 
 template <class Derived>
@@ -705,30 +706,6 @@ void pool_base<Derived>::set_flag(cudaMemPoolAttr attr, bool on) const {
 }
 
 template <class Derived>
-void pool_base<Derived>::free_failed(cudaError_t status, const void* ptr, std::size_t bytes,
-                                     stream_ref stream) const {
-  std::string object = describe() + ", " + format_pointer(ptr) + " (" + format_bytes(bytes) +
-                       ") on " + stream.describe();
-  if (status == cudaErrorInvalidValue)
-    object +=
-        ": CUDA does not know it as the start of a live allocation (freed twice, owned "
-        "by two objects, or not the address an allocation returned)";
-  throw_cuda_error(status, "cudaFreeAsync(ptr, stream)", __FILE__, __LINE__, object);
-}
-
-template <class Derived>
-std::string pool_base<Derived>::destroyed_note(cudaError_t status) const {
-  if (status != cudaErrorInvalidValue && status != cudaErrorInvalidResourceHandle) return {};
-  try {
-    if (pool_directory::get().find(self().handle_).second)
-      return " (a memory_pool with this handle was destroyed: a memory_pool_ref, buffer or "
-             "session was used after its pool)";
-  } catch (const std::bad_alloc&) {  // the message goes without the diagnosis
-  }
-  return {};
-}
-
-template <class Derived>
 void* pool_base<Derived>::allocate_on_device(stream_ref stream, std::size_t bytes,
                                              alloc_policy policy,
                                              detail::record_target target) const {
@@ -751,11 +728,73 @@ void pool_base<Derived>::deallocate_on_device(stream_ref stream, void* ptr,
   if (status != cudaSuccess) free_failed(status, ptr, bytes, stream);
 }
 
-template <class Derived>
-void* pool_base<Derived>::allocate_failed(stream_ref stream, std::size_t bytes, cudaError_t status,
-                                          alloc_policy policy, detail::record_target target) const {
+[[noreturn]] CUSCOPE_DETAIL_COLD inline void throw_empty_pool() {
+  throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
+}
+
+inline std::string describe_pool(cudaMemPool_t handle, int device) {
+  if (handle == nullptr) return "empty memory_pool";
+  cudaMemPool_t default_pool = nullptr;
+  // Clears only the error it made: a caller's pending one stays for cudaGetLastError.
+  if (cudaDeviceGetDefaultMemPool(&default_pool, device) != cudaSuccess)
+    (void)cudaGetLastError();
+  else if (default_pool == handle)
+    return "the default pool of device " + std::to_string(device);
+  std::string name;
+  try {
+    name = pool_directory::get().find(handle).first;
+  } catch (const std::bad_alloc&) {  // the message goes without the name
+  }
+  return (name.empty() ? "pool " : "pool '" + name + "' ") +
+         format_pointer(static_cast<const void*>(handle)) + " on device " + std::to_string(device);
+}
+
+CUSCOPE_DETAIL_COLD inline std::string pool_destroyed_note(cudaMemPool_t handle,
+                                                           cudaError_t status) {
+  if (status != cudaErrorInvalidValue && status != cudaErrorInvalidResourceHandle) return {};
+  try {
+    if (pool_directory::get().find(handle).second)
+      return " (a memory_pool with this handle was destroyed: a memory_pool_ref, buffer or "
+             "session was used after its pool)";
+  } catch (const std::bad_alloc&) {  // the message goes without the diagnosis
+  }
+  return {};
+}
+
+[[noreturn]] CUSCOPE_DETAIL_COLD inline void pool_failed(cudaMemPool_t handle, int device,
+                                                         cudaError_t status, const char* call) {
+  throw_cuda_error(status, call, __FILE__, __LINE__,
+                   describe_pool(handle, device) + pool_destroyed_note(handle, status));
+}
+
+[[noreturn]] CUSCOPE_DETAIL_COLD inline void pool_free_failed(cudaMemPool_t handle, int device,
+                                                              cudaError_t status, const void* ptr,
+                                                              std::size_t bytes,
+                                                              stream_ref stream) {
+  std::string object = describe_pool(handle, device) + ", " + format_pointer(ptr) + " (" +
+                       format_bytes(bytes) + ") on " + stream.describe();
+  if (status == cudaErrorInvalidValue)
+    object +=
+        ": CUDA does not know it as the start of a live allocation (freed twice, owned "
+        "by two objects, or not the address an allocation returned)";
+  throw_cuda_error(status, "cudaFreeAsync(ptr, stream)", __FILE__, __LINE__, object);
+}
+
+inline void pool_trim(cudaMemPool_t handle, int device, std::size_t bytes) {
+  if (handle == nullptr) throw_empty_pool();
+  const cudaError_t status = cudaMemPoolTrimTo(handle, bytes);
+  if (status != cudaSuccess)
+    pool_failed(handle, device, status, "cudaMemPoolTrimTo(handle, bytes)");
+  if (detail::recorder_hook* h = detail::hook_for(handle)) h->on_trim(device, handle, bytes);
+}
+
+CUSCOPE_DETAIL_COLD inline void* pool_allocate_failed(cudaMemPool_t handle, int device,
+                                                      pool_limit_fn limit, const void* self,
+                                                      stream_ref stream, std::size_t bytes,
+                                                      cudaError_t status, alloc_policy policy,
+                                                      record_target target) {
   (void)cudaGetLastError();
-  detail::recorder_hook* const rec = detail::hook_for(self().handle_, target);
+  detail::recorder_hook* const rec = detail::hook_for(handle, target);
   // A synchronization during a stream capture would invalidate it: no retry there.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   const bool capturing = cudaStreamIsCapturing(stream.get(), &capture) != cudaSuccess ||
@@ -763,36 +802,35 @@ void* pool_base<Derived>::allocate_failed(stream_ref stream, std::size_t bytes, 
   (void)cudaGetLastError();
   if (status == cudaErrorMemoryAllocation && policy == alloc_policy::retry_after_trim &&
       !capturing) {
-    if (rec != nullptr) rec->on_retry(self().device_, self().handle_, stream.get(), bytes);
+    if (rec != nullptr) rec->on_retry(device, handle, stream.get(), bytes);
     detail::alloc_tally::retried(target);
     // Frees still in flight on any stream become reusable once they complete, and trimming
     // returns what is unused so that a large request can be backed by one fresh block.
     {
-      scoped_device on(self().device_);
-      CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), describe());
+      scoped_device on(device);
+      CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), describe_pool(handle, device));
     }
-    trim_to(0);
+    pool_trim(handle, device, 0);
     void* p = nullptr;
-    status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
+    status = cudaMallocFromPoolAsync(&p, bytes, handle, stream.get());
     if (status == cudaSuccess) {
       if (rec != nullptr)
-        rec->record_allocate(self().device_, self().handle_, stream.get(), p, bytes, target.scope);
+        rec->record_allocate(device, handle, stream.get(), p, bytes, target.scope);
       return p;
     }
     (void)cudaGetLastError();
   }
   if (rec != nullptr && status == cudaErrorMemoryAllocation)
-    rec->on_out_of_memory(self().device_, self().handle_, stream.get(), bytes, target.scope);
+    rec->on_out_of_memory(device, handle, stream.get(), bytes, target.scope);
   if (status == cudaErrorMemoryAllocation) {
-    out_of_memory_info info{self().handle_, self().device_, stream.get(), bytes, 1, nullptr};
+    out_of_memory_info info{handle, device, stream.get(), bytes, 1, nullptr};
     while (status == cudaErrorMemoryAllocation && ask_oom_handler(info)) {
       detail::alloc_tally::retried(target);
       void* p = nullptr;
-      status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());
+      status = cudaMallocFromPoolAsync(&p, bytes, handle, stream.get());
       if (status == cudaSuccess) {
         if (rec != nullptr)
-          rec->record_allocate(self().device_, self().handle_, stream.get(), p, bytes,
-                               target.scope);
+          rec->record_allocate(device, handle, stream.get(), p, bytes, target.scope);
         return p;
       }
       (void)cudaGetLastError();
@@ -800,16 +838,15 @@ void* pool_base<Derived>::allocate_failed(stream_ref stream, std::size_t bytes, 
     }
   }
   if (status == cudaErrorMemoryAllocation)
-    throw out_of_memory(bytes, oom_message(bytes) +
+    throw out_of_memory(bytes, pool_oom_message(handle, device, limit, self, bytes) +
                                    " (cudaMallocFromPoolAsync failed with "
                                    "cudaErrorMemoryAllocation)");
   throw_cuda_error(status, "cudaMallocFromPoolAsync", __FILE__, __LINE__,
-                   describe() + ", " + format_bytes(bytes) + " on " + stream.describe() +
-                       destroyed_note(status));
+                   describe_pool(handle, device) + ", " + format_bytes(bytes) + " on " +
+                       stream.describe() + pool_destroyed_note(handle, status));
 }
 
-template <class Derived>
-bool pool_base<Derived>::ask_oom_handler(out_of_memory_info& info) noexcept {
+inline bool ask_oom_handler(out_of_memory_info& info) noexcept {
   const out_of_memory_handler handler = detail::with_oom_slot([&](detail::oom_handler_slot& slot) {
     info.user = slot.user;
     return slot.handler;
@@ -817,25 +854,25 @@ bool pool_base<Derived>::ask_oom_handler(out_of_memory_info& info) noexcept {
   return handler != nullptr && handler(info);
 }
 
-template <class Derived>
-std::string pool_base<Derived>::oom_message(std::size_t bytes) const {
-  const Derived& d = self();
+CUSCOPE_DETAIL_COLD inline std::string pool_oom_message(cudaMemPool_t handle, int device,
+                                                        pool_limit_fn limit, const void* self,
+                                                        std::size_t bytes) {
   std::string m = "cuscope: out of memory: " + format_bytes(bytes) + " (" + std::to_string(bytes) +
-                  " bytes) requested from " + describe();
+                  " bytes) requested from " + describe_pool(handle, device);
   std::uint64_t reserved = 0;
   std::uint64_t used = 0;
-  if (cudaMemPoolGetAttribute(d.handle_, cudaMemPoolAttrReservedMemCurrent, &reserved) ==
+  if (cudaMemPoolGetAttribute(handle, cudaMemPoolAttrReservedMemCurrent, &reserved) ==
           cudaSuccess &&
-      cudaMemPoolGetAttribute(d.handle_, cudaMemPoolAttrUsedMemCurrent, &used) == cudaSuccess) {
+      cudaMemPoolGetAttribute(handle, cudaMemPoolAttrUsedMemCurrent, &used) == cudaSuccess) {
     m +=
         ", which holds " + format_bytes(reserved) + " reserved (" + format_bytes(used) + " in use)";
   }
   (void)cudaGetLastError();
-  if (const std::size_t limit = d.max_bytes(); limit != 0) {
-    m += " under a limit of " + format_bytes(limit);
-    if (bytes > limit)
+  if (const std::size_t max = limit(self); max != 0) {
+    m += " under a limit of " + format_bytes(max);
+    if (bytes > max)
       m += ", less than the request";
-    else if (used <= limit - bytes)
+    else if (used <= max - bytes)
       // Within the limit by its bytes: refused by the pool's blocks, which the limit bounds.
       m += "; the request fits the limit by its bytes, but a pool reserves memory in blocks "
            "(of 32 MiB on current GPUs) and an allocation must fit in one: the reserve not in "
@@ -844,7 +881,7 @@ std::string pool_base<Derived>::oom_message(std::size_t bytes) const {
   std::size_t free_bytes = 0;
   std::size_t total = 0;
   {
-    const device_switch_nothrow on(d.device_);
+    const device_switch_nothrow on(device);
     if (on.ok() && cudaMemGetInfo(&free_bytes, &total) == cudaSuccess)
       m += "; the device has " + format_bytes(free_bytes) + " free of " + format_bytes(total);
   }

@@ -236,15 +236,14 @@ inline device_memory_report memory_report(int device, const std::vector<named_po
 }
 
 inline std::size_t empty_cache(const std::vector<memory_pool_ref>& pools) {
-  std::vector<int> synchronized;
-  for (const memory_pool_ref& p : pools) {
-    bool done = false;
-    for (const int d : synchronized)
-      done = done || d == p.device();
+  for (std::size_t i = 0; i < pools.size(); ++i) {
+    const memory_pool_ref& p = pools[i];
+    bool done = false;  // an earlier pool of the list is on the same device
+    for (std::size_t j = 0; j < i; ++j)
+      done = done || pools[j].device() == p.device();
     if (done) continue;
     scoped_device on(p.device());
     CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), "cuscope::empty_cache on " + p.describe());
-    synchronized.push_back(p.device());
   }
   std::size_t returned = 0;
   for (const memory_pool_ref& p : pools) {

@@ -1287,21 +1287,22 @@ inline void session::account_untracked() {
 inline void session::name_leaks() {
   std::vector<detail::named_record> live;
   ledger_->live_records(live);
-  report_.leaks.reserve(live.size());
-  for (const detail::named_record& n : live) {
-    leaked_allocation l;
-    l.bytes = n.record.bytes;
-    l.pointer = n.record.ptr;
-    l.stream = n.record.stream;
-    if (n.record.tag != nullptr) l.tag = n.record.tag;
-    if (n.record.file != nullptr) l.file = n.record.file;
-    l.line = n.record.line;
-    l.session = n.session;
-    report_.leaks.push_back(std::move(l));
+  // Sized once and filled in place: the vector's constructor is needed for the sort below anyway,
+  // where push_back would instantiate its growth in every translation unit.
+  std::vector<leaked_allocation> v(live.size());
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    const detail::named_record& r = live[i];
+    leaked_allocation& l = v[i];
+    l.bytes = r.record.bytes;
+    l.pointer = r.record.ptr;
+    l.stream = r.record.stream;
+    if (r.record.tag != nullptr) l.tag = r.record.tag;
+    if (r.record.file != nullptr) l.file = r.record.file;
+    l.line = r.record.line;
+    l.session = r.session;
   }
   // Largest first, in recorded order among equal sizes: a bottom-up merge sort (stable), as
   // std::stable_sort would, without <algorithm> in this header.
-  std::vector<leaked_allocation>& v = report_.leaks;
   const std::size_t n = v.size();
   std::vector<leaked_allocation> merged(n);
   for (std::size_t width = 1; width < n; width *= 2) {
@@ -1318,6 +1319,7 @@ inline void session::name_leaks() {
     }
     v.swap(merged);
   }
+  report_.leaks.swap(v);
 }
 
 inline void session::clear_figure(const std::string& f) noexcept {

@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
-#include <vector>
 
 #if defined(__unix__) || defined(__APPLE__)
 #  include <dlfcn.h>
@@ -127,23 +126,68 @@ inline std::string describe(const library& lib, const char* what, return_t statu
   return s;
 }
 
+// NVML's records of a device's processes. Plain arrays of plain structures rather than
+// std::vector, whose members every translation unit that includes cuscope would instantiate.
+template <class Info>
+class process_list {
+ public:
+  process_list() = default;
+  process_list(const process_list&) = delete;
+  process_list& operator=(const process_list&) = delete;
+  ~process_list() { delete[] data_; }
+
+  // Room for n records, zeroed; the earlier ones are dropped. Throws std::bad_alloc.
+  Info* reset(unsigned int n) {
+    delete[] data_;
+    data_ = nullptr;
+    size_ = 0;
+    data_ = new Info[n]();
+    size_ = n;
+    return data_;
+  }
+  void shrink(unsigned int n) noexcept {
+    if (n < size_) size_ = n;
+  }
+  const Info* begin() const noexcept { return data_; }
+  const Info* end() const noexcept { return data_ + size_; }
+
+ private:
+  Info* data_ = nullptr;
+  unsigned int size_ = 0;
+};
+
 // Fills info through query (one of the nvmlDeviceGetComputeRunningProcesses variants), growing
 // the list while NVML says it is too small (processes come and go between two calls).
 template <class Info, class Query>
-return_t processes(Query query, device_t device, std::vector<Info>& info) {
+return_t processes(Query query, device_t device, process_list<Info>& info) {
   unsigned int count = 16;
   for (int attempt = 0; attempt < 8; ++attempt) {
-    info.assign(count, Info{});
+    Info* const data = info.reset(count);
     unsigned int n = count;
-    const return_t r = query(device, &n, info.data());
+    const return_t r = query(device, &n, data);
     if (r == success) {
-      info.resize(n);
+      info.shrink(n);
       return r;
     }
     if (r != error_insufficient_size) return r;
     count = n > count ? n + 8 : count * 2;
   }
   return error_insufficient_size;
+}
+
+// Adds what list says the process pid uses to a.
+template <class Info>
+void tally(const process_list<Info>& list, unsigned int pid, answer& a) {
+  a.available = true;
+  for (const Info& p : list) {
+    if (p.pid != pid) continue;
+    a.listed = true;
+    // NVML does not know the figure under some drivers (WDDM): then it is reported unknown.
+    if (p.usedGpuMemory != value_not_available)
+      a.used_bytes += static_cast<std::size_t>(p.usedGpuMemory);
+    else
+      a.available = false;
+  }
 }
 
 // What NVML says the process pid uses on the device with PCI bus id bus_id
@@ -179,7 +223,9 @@ inline answer process_usage(const std::string& bus_id, unsigned int pid) {
     return a;
   }
   // The newest query first: the older ones do not list processes in MIG instances.
-  std::vector<process_info_v2> list;
+  process_list<process_info_v2> list;
+  process_list<process_info_v1> list_v1;
+  bool v1 = false;
   r = -1;
   const char* used_query = nullptr;
   for (const char* name :
@@ -192,10 +238,8 @@ inline answer process_usage(const std::string& bus_id, unsigned int pid) {
   }
   if (used_query == nullptr) {
     if (const auto q = lib.function<query_v1_fn>("nvmlDeviceGetComputeRunningProcesses")) {
-      std::vector<process_info_v1> v1;
-      r = processes(q, device, v1);
-      for (const process_info_v1& p : v1)
-        list.push_back(process_info_v2{p.pid, p.usedGpuMemory, 0, 0});
+      r = processes(q, device, list_v1);
+      v1 = true;
       used_query = "nvmlDeviceGetComputeRunningProcesses";
     }
   }
@@ -203,17 +247,10 @@ inline answer process_usage(const std::string& bus_id, unsigned int pid) {
     a.source = "unavailable: " + a.source + " lacks nvmlDeviceGetComputeRunningProcesses";
   } else if (r != success) {
     a.source = describe(lib, used_query, r);
+  } else if (v1) {
+    tally(list_v1, pid, a);
   } else {
-    a.available = true;
-    for (const process_info_v2& p : list) {
-      if (p.pid != pid) continue;
-      a.listed = true;
-      // NVML does not know the figure under some drivers (WDDM): then it is reported unknown.
-      if (p.usedGpuMemory != value_not_available)
-        a.used_bytes += static_cast<std::size_t>(p.usedGpuMemory);
-      else
-        a.available = false;
-    }
+    tally(list, pid, a);
   }
   (void)shutdown();
   return a;

@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "config.hpp"
 
@@ -23,6 +22,7 @@ class pool_directory {
     int device = 0;
     std::string name;
     bool destroyed = false;
+    entry* next = nullptr;
   };
 
   /// The one directory; never destroyed, so that pools with static lifetime may use it at exit.
@@ -62,9 +62,12 @@ class pool_directory {
   };
 
   void erase(cudaMemPool_t pool) noexcept;
+  void append(entry* e) noexcept;
 
   mutable std::atomic<bool> locked_{false};
-  std::vector<entry> entries_;
+  // Oldest first. A list of its own rather than a std::vector, whose members every translation
+  // unit that includes cuscope would instantiate.
+  entry* first_ = nullptr;
 };
 
 }  // namespace cuscope::detail
@@ -80,41 +83,57 @@ inline pool_directory& pool_directory::get() noexcept {
 inline void pool_directory::made(cudaMemPool_t pool, int device, const std::string& name) {
   const lock l(locked_);
   erase(pool);
-  if (!name.empty()) entries_.push_back(entry{pool, device, name, false});
+  if (!name.empty()) append(new entry{pool, device, name, false, nullptr});
 }
 
 inline void pool_directory::destroyed(cudaMemPool_t pool, int device) noexcept {
   const lock l(locked_);
   std::string name;
-  for (entry& e : entries_)
-    if (e.pool == pool && !e.destroyed) name = std::move(e.name);
+  for (entry* e = first_; e != nullptr; e = e->next)
+    if (e->pool == pool && !e->destroyed) name = std::move(e->name);
   erase(pool);
   std::size_t dead = 0;
-  for (const entry& e : entries_)
-    dead += e.destroyed ? 1 : 0;
+  for (const entry* e = first_; e != nullptr; e = e->next)
+    dead += e->destroyed ? 1 : 0;
   if (dead >= destroyed_kept) {
-    for (auto it = entries_.begin(); it != entries_.end(); ++it)
-      if (it->destroyed) {
-        entries_.erase(it);
+    for (entry** at = &first_; *at != nullptr; at = &(*at)->next)
+      if ((*at)->destroyed) {
+        entry* const gone = *at;
+        *at = gone->next;
+        delete gone;
         break;
       }
   }
   try {
-    entries_.push_back(entry{pool, device, std::move(name), true});
+    append(new entry{pool, device, std::move(name), true, nullptr});
   } catch (...) {  // std::bad_alloc: the message loses only the diagnosis
   }
 }
 
 inline std::pair<std::string, bool> pool_directory::find(cudaMemPool_t pool) const {
   const lock l(locked_);
-  for (const entry& e : entries_)
-    if (e.pool == pool) return {e.name, e.destroyed};
+  for (const entry* e = first_; e != nullptr; e = e->next)
+    if (e->pool == pool) return {e->name, e->destroyed};
   return {std::string(), false};
 }
 
 inline void pool_directory::erase(cudaMemPool_t pool) noexcept {
-  for (std::size_t i = entries_.size(); i-- != 0;)
-    if (entries_[i].pool == pool) entries_.erase(entries_.begin() + static_cast<long>(i));
+  for (entry** at = &first_; *at != nullptr;) {
+    entry* const e = *at;
+    if (e->pool == pool) {
+      *at = e->next;
+      delete e;
+    } else {
+      at = &e->next;
+    }
+  }
+}
+
+inline void pool_directory::append(entry* e) noexcept {
+  entry** at = &first_;
+  while (*at != nullptr)
+    at = &(*at)->next;
+  *at = e;
 }
 
 }  // namespace cuscope::detail
