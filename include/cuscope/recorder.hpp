@@ -229,10 +229,47 @@ class recorder final : public detail::recorder_hook {
 
 namespace cuscope {
 
+// Kept in containers of their own rather than std::vector, whose growth every translation unit
+// that includes cuscope would instantiate; the exports build their vectors at their size.
 struct recorder::names {
+  struct pool_node {
+    cudaMemPool_t pool;
+    std::string name;
+    pool_node* next;
+  };
+
+  names() = default;
+  names(const names&) = delete;
+  names& operator=(const names&) = delete;
+  ~names() {
+    delete[] sessions;
+    while (pool_node* n = pools) {
+      pools = n->next;
+      delete n;
+    }
+  }
+
+  // Appends s; its id is its index + 1. Throws std::bad_alloc, leaving the sessions as they were.
+  void add_session(recorded_session s) {
+    if (session_count == session_capacity) {
+      const std::size_t capacity = session_capacity == 0 ? 16 : 2 * session_capacity;
+      recorded_session* const bigger = new recorded_session[capacity];
+      for (std::size_t i = 0; i < session_count; ++i)
+        bigger[i] = std::move(sessions[i]);
+      delete[] sessions;
+      sessions = bigger;
+      session_capacity = capacity;
+    }
+    sessions[session_count++] = std::move(s);
+  }
+
   std::mutex mutex;
-  std::vector<recorded_session> sessions;
-  std::vector<std::pair<cudaMemPool_t, std::string>> pools;
+  recorded_session* sessions = nullptr;  // by id - 1: session_count of session_capacity in use
+  std::size_t session_count = 0;
+  std::size_t session_capacity = 0;
+  pool_node* pools = nullptr;  // in the order they were first named
+  pool_node** pools_end = &pools;
+  std::size_t pool_count = 0;
 };
 
 inline recorder::~recorder() {
@@ -278,34 +315,46 @@ inline std::vector<memory_event> recorder::events() const {
   calibrate();
   const std::uint64_t end = recorded();
   const std::uint64_t begin = end > capacity() ? end - capacity() : 0;
-  std::vector<memory_event> out;
-  out.reserve(end - begin);
-  for (std::uint64_t i = begin; i < end; ++i) {
-    memory_event e;
-    if (read(i, e)) out.push_back(e);
-  }
+  std::vector<memory_event> out(end - begin);
+  std::size_t n = 0;
+  for (std::uint64_t i = begin; i < end; ++i)
+    if (read(i, out[n])) ++n;  // read writes every field, or fails before writing any
+  while (out.size() > n)
+    out.pop_back();
   return out;
 }
 
 inline std::vector<recorded_session> recorder::sessions() const {
   const std::lock_guard<std::mutex> lock(names_->mutex);
-  return names_->sessions;
+  std::vector<recorded_session> out(names_->session_count);
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = names_->sessions[i];
+  return out;
 }
 
 inline void recorder::name_pool(cudaMemPool_t pool, std::string name) {
   const std::lock_guard<std::mutex> lock(names_->mutex);
-  for (auto& p : names_->pools) {
-    if (p.first == pool) {
-      p.second = std::move(name);
+  for (names::pool_node* n = names_->pools; n != nullptr; n = n->next) {
+    if (n->pool == pool) {
+      n->name = std::move(name);
       return;
     }
   }
-  names_->pools.emplace_back(pool, std::move(name));
+  *names_->pools_end = new names::pool_node{pool, std::move(name), nullptr};
+  names_->pools_end = &(*names_->pools_end)->next;
+  ++names_->pool_count;
 }
 
 inline std::vector<std::pair<cudaMemPool_t, std::string>> recorder::pool_names() const {
   const std::lock_guard<std::mutex> lock(names_->mutex);
-  return names_->pools;
+  std::vector<std::pair<cudaMemPool_t, std::string>> out(names_->pool_count);
+  std::size_t i = 0;
+  for (const names::pool_node* n = names_->pools; n != nullptr; n = n->next) {
+    out[i].first = n->pool;
+    out[i].second = n->name;
+    ++i;
+  }
+  return out;
 }
 
 inline double recorder::nanoseconds_per_tick() const noexcept {
@@ -343,8 +392,8 @@ inline std::uint32_t recorder::begin_session(const std::string& name, std::uint3
   std::uint32_t id = 0;
   try {
     const std::lock_guard<std::mutex> lock(names_->mutex);
-    id = static_cast<std::uint32_t>(names_->sessions.size() + 1);
-    names_->sessions.push_back(recorded_session{id, parent, name, device, pool});
+    id = static_cast<std::uint32_t>(names_->session_count + 1);
+    names_->add_session(recorded_session{id, parent, name, device, pool});
   } catch (...) {
     return 0;
   }
@@ -360,7 +409,7 @@ inline void recorder::end_session(std::uint32_t id, std::size_t leaked_allocatio
   cudaMemPool_t pool = nullptr;
   {
     const std::lock_guard<std::mutex> lock(names_->mutex);
-    if (id > names_->sessions.size()) return;
+    if (id > names_->session_count) return;
     device = names_->sessions[id - 1].device;
     pool = names_->sessions[id - 1].pool;
   }

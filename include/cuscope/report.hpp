@@ -209,15 +209,22 @@ inline device_memory_report memory_report(int device, const std::vector<named_po
   }
   const memory_pool_ref default_pool = memory_pool_ref::device_default(device);
   bool default_listed = false;
+  // Sized once, with room for the default pool: push_back's growth would be instantiated in every
+  // translation unit that includes cuscope.
+  std::vector<pool_usage> usages(pools.size() + 1);
+  std::size_t listed = 0;
   for (const named_pool& p : pools) {
     if (p.pool.device() != device)
       throw std::invalid_argument("cuscope::memory_report: " + p.pool.describe() +
                                   " is not a pool of device " + std::to_string(device));
     const bool is_default = p.pool == default_pool;
     default_listed = default_listed || is_default;
-    r.pools.push_back(detail::usage_of(p.name, p.pool, is_default));
+    usages[listed++] = detail::usage_of(p.name, p.pool, is_default);
   }
-  if (!default_listed) r.pools.push_back(detail::usage_of("default pool", default_pool, true));
+  if (!default_listed) usages[listed++] = detail::usage_of("default pool", default_pool, true);
+  while (usages.size() > listed)
+    usages.pop_back();
+  r.pools.swap(usages);
   r.graph = graph_memory(device);
   if (options.query_nvml) {
     const detail::nvml::answer a =

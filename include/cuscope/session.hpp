@@ -834,10 +834,9 @@ inline session::session(session* parent, memory_pool_ref pool, stream_ref stream
   detail::ledger* const up = parent != nullptr ? parent->ledger_ : nullptr;
   if (options_.report_to == nullptr && parent != nullptr)
     options_.report_to = parent->options_.report_to;
-  std::vector<cudaStream_t> listed;
-  listed.reserve(options_.streams.size());
-  for (const stream_ref s : options_.streams)
-    listed.push_back(s.get());
+  std::vector<cudaStream_t> listed(options_.streams.size());
+  for (std::size_t i = 0; i < listed.size(); ++i)
+    listed[i] = options_.streams[i].get();
   ledger_ = new detail::ledger(up, options_.budget_bytes, options_.name, stream_.get(),
                                std::move(listed));
   if (up != nullptr && (open_at_entry_ = up->open_child(ledger_)) == 0) {
@@ -1153,14 +1152,18 @@ inline auto session::finish_impl(bool may_throw) -> const session_report& {
   // restored whatever happened. The first error is rethrown at the end.
   // A failed step marks the figures it would have measured as unknown, never as 0.
   std::exception_ptr error;
+  // What a failed step records, written once rather than in each instantiation of step.
+  const auto failed = [&](const char* what, std::initializer_list<const char*> figures) {
+    if (!error) error = std::current_exception();
+    report_.errors.push_back(std::string(what) + ": " + detail::exception_message());
+    for (const char* figure : figures)
+      if (report_.known(figure)) report_.unknown.push_back(std::string(figure));
+  };
   const auto step = [&](const char* what, std::initializer_list<const char*> figures, auto&& f) {
     try {
       f();
     } catch (...) {
-      if (!error) error = std::current_exception();
-      report_.errors.push_back(std::string(what) + ": " + detail::exception_message());
-      for (const char* figure : figures)
-        if (report_.known(figure)) report_.unknown.emplace_back(figure);
+      failed(what, figures);
     }
   };
   step("reading the pool's reserve", {"reserved_at_finish_bytes", "returned_bytes"},
