@@ -31,15 +31,34 @@ UNITS = [
 ]
 
 
-def dependencies(include_dirs):
+def dependencies(include_dirs, cxx=None, flags=None):
     """The <...> headers that <cuscope/cuscope.hpp> includes, directly or through its own headers:
-    the standard library and CUDA runtime headers that any user of cuscope pays for."""
+    the standard library and CUDA runtime headers that any user of cuscope pays for. With cxx,
+    those the preprocessor includes (`-E -dI` keeps the #include lines it follows, under the line
+    markers of the file that holds them), so that a header included only with another standard
+    library, or another compiler, is left out; else every #include line."""
     root = None
     for d in include_dirs:
         if os.path.exists(os.path.join(d, "cuscope", "cuscope.hpp")):
             root = os.path.join(d, "cuscope")
     if root is None:
         raise SystemExit("compile_cost: no cuscope/cuscope.hpp under the --include directories")
+    if cxx is not None:
+        pre = subprocess.run([cxx] + flags + ["-E", "-dI", "-x", "c++", "-"],
+                             input="#include <cuscope/cuscope.hpp>\n", stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, universal_newlines=True)
+        if pre.returncode == 0:
+            angle, current = [], ""
+            prefix = os.path.realpath(root) + os.sep
+            for line in pre.stdout.splitlines():
+                marker = re.match(r'# \d+ "([^"]+)"', line)
+                if marker:
+                    current = os.path.realpath(marker.group(1))
+                    continue
+                m = re.match(r"\s*#\s*include\s*<([^>]+)>", line)
+                if m and current.startswith(prefix) and m.group(1) not in angle:
+                    angle.append(m.group(1))
+            return "".join("#include <%s>\n" % h for h in sorted(angle))
     seen, angle, todo = set(), [], [os.path.join(root, "cuscope.hpp")]
     while todo:
         path = os.path.normpath(todo.pop())
@@ -147,7 +166,7 @@ def main():
         for name, text in units:
             if text is None:
                 text = dependencies(a.baseline_include if name.startswith("baseline ")
-                                    else a.include)
+                                    else a.include, a.cxx, flags_of(name))
             path = os.path.join(work, name.replace("/", "_").replace(".", "_") + ".cpp")
             with open(path, "w") as f:
                 f.write(text)
@@ -252,7 +271,7 @@ def main():
             "notes": notes,
             "tables": tables,
             "results": [dict(unit=name, **results[name]) for name, _ in units],
-            "included_headers": re.findall(r"<([^>]+)>", dependencies(a.include)),
+            "included_headers": re.findall(r"<([^>]+)>", dependencies(a.include, a.cxx, flags)),
             "ratios": ratios, "headline": headline,
         }
         if nvcc_results:
