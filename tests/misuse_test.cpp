@@ -2,6 +2,7 @@
 // Misuses that CUDA cannot name by itself, and the out-of-memory handler: each message names the
 // object and the misuse (docs/concepts.md, "Misuses and what they get").
 #include <cstddef>
+#include <cuscope/detail/pool_directory.hpp>
 #include <cuscope/device_buffer.hpp>
 #include <cuscope/error.hpp>
 #include <cuscope/memory_pool.hpp>
@@ -93,6 +94,34 @@ TEST_CASE("misuse: a reference used after its memory_pool was destroyed says so"
   // A pool the driver later gives the same handle is a live pool again.
   memory_pool next;
   if (next.get() == r.get()) CHECK_NOTHROW((void)r.stats());
+}
+
+TEST_CASE("misuse: the pool directory names live pools and the latest destroyed ones",
+          "[misuse][sim]") {
+  device_guard device;
+  memory_pool kept(named("kept"));
+  // More destroyed pools than the directory keeps: the oldest are forgotten.
+  constexpr std::size_t made = cuscope::detail::pool_directory::destroyed_kept + 8;
+  std::vector<memory_pool_ref> gone;
+  for (std::size_t i = 0; i < made; ++i) {
+    std::optional<memory_pool> pool(std::in_place, named("short-lived"));
+    gone.push_back(*pool);
+  }
+  CHECK_THAT(kept.describe(), contains("pool 'kept' 0x"));
+  CHECK_THROWS_WITH((void)gone.back().stats(), contains("was destroyed"));
+  CHECK_THAT(gone.back().describe(), contains("pool 'short-lived' 0x"));
+  bool distinct = true;  // the driver gave every pool a handle of its own
+  for (std::size_t i = 0; i < made; ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      distinct = distinct && gone[i].get() != gone[j].get();
+  if (distinct) {
+    CHECK_THROWS_WITH((void)gone.front().stats(), !contains("was destroyed"));
+    CHECK_THAT(gone.front().describe(), !contains("short-lived"));
+    CHECK_THROWS_WITH((void)gone[made - cuscope::detail::pool_directory::destroyed_kept].stats(),
+                      contains("was destroyed"));
+  }
+  CHECK(cudaGetLastError() == cudaSuccess);
+  CHECK_THAT(kept.describe(), contains("pool 'kept' 0x"));
 }
 
 TEST_CASE("misuse: a pointer deallocated twice from a pool names the misuse", "[misuse][sim]") {

@@ -8,6 +8,7 @@
 #include <cuscope/session.hpp>
 #include <cuscope/stream.hpp>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -218,6 +219,47 @@ TEST_CASE("recorder: sessions get ids, names and parents", "[recorder]") {
     }
   }
   CHECK(ends == 2);
+}
+
+TEST_CASE("recorder: sessions and pool names keep every entry in order as their lists grow",
+          "[recorder]") {
+  device_guard device;
+  recorder r(small(1024));
+  constexpr std::uint32_t count = 40;  // more than the room the first sessions get
+  for (std::uint32_t i = 1; i <= count; ++i)
+    CHECK(r.begin_session("s" + std::to_string(i), i - 1, 0, nullptr) == i);
+  r.end_session(3, 1, 64);
+  r.end_session(count + 1, 0, 0);  // no such session: nothing recorded
+  const auto sessions = r.sessions();
+  REQUIRE(sessions.size() == count);
+  for (std::uint32_t i = 1; i <= count; ++i) {
+    CHECK(sessions[i - 1].id == i);
+    CHECK(sessions[i - 1].parent == i - 1);
+    CHECK(sessions[i - 1].name == "s" + std::to_string(i));
+  }
+  std::size_t ends = 0;
+  for (const memory_event& e : r.events()) {
+    if (e.kind != memory_event_kind::session_end) continue;
+    ++ends;
+    CHECK(e.scope == 3);
+    CHECK(e.value == 1);
+    CHECK(e.bytes == 64);
+  }
+  CHECK(ends == 1);
+
+  const auto pool = [](std::uintptr_t i) { return reinterpret_cast<cudaMemPool_t>(0x100 * i); };
+  r.name_pool(pool(1), "weights");
+  r.name_pool(pool(2), "activations");
+  r.name_pool(pool(3), "scratch");
+  r.name_pool(pool(2), "activations, renamed");  // the last name wins, in its first place
+  const auto names = r.pool_names();
+  REQUIRE(names.size() == 3);
+  CHECK(names[0].first == pool(1));
+  CHECK(names[0].second == "weights");
+  CHECK(names[1].first == pool(2));
+  CHECK(names[1].second == "activations, renamed");
+  CHECK(names[2].first == pool(3));
+  CHECK(names[2].second == "scratch");
 }
 
 TEST_CASE("recorder: none is attached by default", "[recorder]") {
