@@ -75,8 +75,8 @@ class thrust_temporary_allocator {
 
   // bytes on the stream, named who (in a session's leak report and messages).
   CUSCOPE_DETAIL_HOT_INLINE void* allocate_bytes(std::size_t bytes, const char* who) {
-    // 0 bytes never reach the runtime: cudaMallocFromPoolAsync of 0 bytes succeeds on a GPU
-    // without writing the pointer, and the simulated device refuses it.
+    // 0 bytes never reach the runtime: nullptr without a call, as from the pool itself (a GPU's
+    // cudaMallocFromPoolAsync of 0 bytes succeeds; what it writes to the pointer is undocumented).
     if ((rare_ | any_pool_recorded()) || bytes == 0) return allocate_rare(bytes, who);
     void* p = nullptr;
     const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, pool_, stream_);
