@@ -80,7 +80,7 @@ class thrust_temporary_allocator {
     if ((rare_ | any_pool_recorded()) || bytes == 0) return allocate_rare(bytes, who);
     void* p = nullptr;
     const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, pool_, stream_);
-    if (status != cudaSuccess) return allocate_failed(bytes, status);
+    if (status != cudaSuccess) return allocate_plain_failed(pool(), stream_, bytes, status);
     return p;
   }
 
@@ -110,12 +110,7 @@ class thrust_temporary_allocator {
   CUSCOPE_DETAIL_NOINLINE void* allocate_rare(std::size_t bytes, const char* who) {
     if (ledger_.get() != nullptr)
       return accounted_allocate(pool(), stream(), bytes, ledger_.get(), who);
-    return pool().allocate(stream(), bytes);
-  }
-
-  // The failed runtime call: the out-of-memory handler, the exception naming the pool.
-  CUSCOPE_DETAIL_COLD void* allocate_failed(std::size_t bytes, cudaError_t status) {
-    return pool().allocate_failed(stream(), bytes, status);
+    return allocate_plain_slow(pool(), stream_, bytes);
   }
 
   CUSCOPE_DETAIL_NOINLINE void deallocate_rare(void* ptr, std::size_t bytes) noexcept {
