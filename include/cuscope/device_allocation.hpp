@@ -52,6 +52,14 @@ void* accounted_allocate(const memory_pool_ref& pool, stream_ref stream, std::si
 /// the usual one is the call and its status test.
 void* allocate_plain(const memory_pool_ref& pool, cudaStream_t stream, std::size_t bytes);
 
+/// allocate_plain's rare cases, out of line: pool.allocate(stream, bytes).
+void* allocate_plain_slow(const memory_pool_ref& pool, cudaStream_t stream, std::size_t bytes);
+
+/// allocate_plain's failed runtime call (status), out of line: the out-of-memory handler, then
+/// the exception naming the pool.
+void* allocate_plain_failed(const memory_pool_ref& pool, cudaStream_t stream, std::size_t bytes,
+                            cudaError_t status);
+
 /// Frees ptr (nullptr: nothing), bytes from pool, in stream order on stream, for an adaptor that
 /// no session counts (pool_resource, the Thrust allocators), and records the free into the pool's
 /// recorder; never throws. A failure is reported through the cleanup channel.
