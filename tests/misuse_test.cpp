@@ -199,6 +199,12 @@ TEST_CASE("misuse: a session refuses to deallocate memory it did not hand out", 
   void* other = pool.allocate(s, 4096);
   CHECK_THROWS_WITH(session.deallocate(s, other, 4096), contains("allocated elsewhere"));
   pool.deallocate(s, other, 4096);
+  // A buffer's memory is its buffer's to free: deallocate leaves it, and it stays counted.
+  {
+    auto buffer = session.make_buffer<char>(2048);
+    CHECK_THROWS_WITH(session.deallocate(s, buffer.data(), 2048), contains("allocate()"));
+    CHECK(session.live_allocations() == 1);
+  }
   const cuscope::session_report& r = session.finish();
   CHECK(r.leaked_allocations == 0);
   CHECK(r.leaked_bytes == 0);

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <atomic>
+#include <cstdlib>
+#include <cuscope/detail/ledger.hpp>
 #include <cuscope/memory_pool.hpp>
 #include <cuscope/report.hpp>
 #include <cuscope/session.hpp>
@@ -7,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -1151,6 +1154,728 @@ TEST_CASE(
     CHECK(r.allocations == 64);
     CHECK(r.frees + r.leaked_allocations == 64);
     CHECK(r.leaked_bytes == r.leaked_allocations * 256);
+  }
+  s.synchronize();
+  CHECK(pool.stats().used_bytes == 0);
+}
+
+TEST_CASE(
+    "session: threads sharing one session count exactly, each freeing buffers another thread "
+    "made, and the peak says when it is an upper bound",
+    "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  const std::size_t ledgers = cuscope::detail::live_ledgers().load();
+  {
+    session_options o;
+    o.name = "shared";
+    session work(pool, s, o);
+    constexpr int threads = 4;
+    constexpr std::size_t made = 300;
+    std::mutex handed_lock;
+    std::vector<std::vector<device_buffer<char>>> handed(threads);
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t)
+      workers.emplace_back([&, t] {
+        std::vector<device_buffer<char>> mine;
+        for (std::size_t i = 0; i < made; ++i)
+          mine.push_back(work.make_buffer<char>(64 * (static_cast<std::size_t>(t) + 1)));
+        // Half go to the next thread, which frees them; half are freed here.
+        std::vector<device_buffer<char>> give(std::make_move_iterator(mine.begin()),
+                                              std::make_move_iterator(mine.begin() + made / 2));
+        mine.erase(mine.begin(), mine.begin() + made / 2);
+        {
+          const std::lock_guard<std::mutex> lock(handed_lock);
+          for (auto& b : give)
+            handed[static_cast<std::size_t>((t + 1) % threads)].push_back(std::move(b));
+        }
+        mine.clear();
+      });
+    for (std::thread& w : workers)
+      w.join();
+    std::size_t handed_bytes = 0;
+    for (int t = 0; t < threads; ++t)
+      handed_bytes += made / 2 * 64 * (static_cast<std::size_t>(t) + 1);
+    CHECK(work.live_allocations() == threads * made / 2);
+    CHECK(work.live_bytes() == handed_bytes);
+    // Freed on the threads that did not make them.
+    std::vector<std::thread> freers;
+    for (int t = 0; t < threads; ++t)
+      freers.emplace_back([&, t] { handed[static_cast<std::size_t>(t)].clear(); });
+    for (std::thread& f : freers)
+      f.join();
+    CHECK(work.live_allocations() == 0);
+    CHECK(work.live_bytes() == 0);
+    const session_report& r = work.finish();
+    CHECK(r.allocations == threads * made);
+    CHECK(r.frees == threads * made);
+    CHECK_FALSE(r.leaked());
+    CHECK(r.tracked_peak_upper_bound);
+    CHECK(r.tracked_peak_bytes >= made * 64 * threads);
+    CHECK_THAT(r.to_string(), contains("peaked at at most"));
+  }
+  {
+    session one(pool, s);
+    {
+      auto a = one.make_buffer<char>(1024);
+      auto b = one.make_buffer<char>(2048);
+    }
+    auto c = one.make_buffer<char>(512);
+    c = device_buffer<char>();
+    const session_report& r = one.finish();
+    CHECK_FALSE(r.tracked_peak_upper_bound);
+    CHECK(r.tracked_peak_bytes == 3072);
+  }
+  CHECK(cuscope::detail::live_ledgers().load() == ledgers);
+}
+
+TEST_CASE(
+    "session: ended on one thread while others free its buffers, made there and elsewhere; the "
+    "ledger goes with the last buffer",
+    "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  const std::size_t ledgers = cuscope::detail::live_ledgers().load();
+  for (int round = 0; round < 40; ++round) {
+    session_options o;
+    o.name = "ended";
+    o.on_leak = leak_policy::ignore;
+    auto work = std::make_unique<session>(pool, s, o);
+    constexpr int threads = 3;
+    std::vector<std::vector<device_buffer<char>>> held(threads);
+    {
+      std::vector<std::thread> makers;
+      for (int t = 0; t < threads; ++t)
+        makers.emplace_back([&, t] {
+          for (int i = 0; i < 50; ++i)
+            held[static_cast<std::size_t>(t)].push_back(work->make_buffer<char>(256));
+        });
+      for (std::thread& m : makers)
+        m.join();
+    }
+    // Thread t frees its own buffers and those of thread t + 1, while the session ends here.
+    std::vector<std::vector<device_buffer<char>>> foreign(threads);
+    for (int t = 0; t < threads; ++t) {
+      auto& from = held[static_cast<std::size_t>((t + 1) % threads)];
+      for (int i = 0; i < 10; ++i) {
+        foreign[static_cast<std::size_t>(t)].push_back(std::move(from.back()));
+        from.pop_back();
+      }
+    }
+    std::atomic<int> ready{0};
+    std::vector<std::thread> freers;
+    for (int t = 0; t < threads; ++t)
+      freers.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (ready.load() <= threads)
+          std::this_thread::yield();
+        auto& own = held[static_cast<std::size_t>(t)];
+        auto& other = foreign[static_cast<std::size_t>(t)];
+        while (!own.empty() || !other.empty()) {
+          if (!own.empty()) own.pop_back();
+          if (!other.empty()) other.pop_back();
+        }
+      });
+    while (ready.load() < threads)
+      std::this_thread::yield();
+    ready.fetch_add(1);
+    const session_report r = work->finish();
+    work.reset();
+    for (std::thread& f : freers)
+      f.join();
+    CHECK(r.allocations == threads * 50);
+    CHECK(r.frees + r.leaked_allocations == threads * 50);
+  }
+  s.synchronize();
+  CHECK(pool.stats().used_bytes == 0);
+  CHECK(cuscope::detail::live_ledgers().load() == ledgers);
+}
+
+TEST_CASE(
+    "session: a buffer that outlives its session makes more like it on another thread, counted "
+    "until the last goes",
+    "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  const std::size_t ledgers = cuscope::detail::live_ledgers().load();
+  std::optional<device_buffer<char>> kept;
+  {
+    session_options o;
+    o.on_leak = leak_policy::ignore;
+    session work(pool, s, o);
+    kept.emplace(work.make_buffer<char>(4096, "kept"));
+    auto unowned = work.allocate(s, 128);
+    work.deallocate(s, unowned, 128);
+  }
+  CHECK(cuscope::detail::live_ledgers().load() == ledgers + 1);
+  std::thread other([&] {
+    cuscope::device_allocation more = kept->allocation().allocate_like(s, 1024);
+    CHECK(more.size_bytes() == 1024);
+    kept.reset();  // the first goes, on this thread; the ledger stays for the second
+    CHECK(cuscope::detail::live_ledgers().load() == ledgers + 1);
+  });
+  other.join();
+  CHECK(cuscope::detail::live_ledgers().load() == ledgers);
+  s.synchronize();
+  CHECK(pool.stats().used_bytes == 0);
+}
+
+TEST_CASE(
+    "session: a thread new to a session takes over the counts of one that has exited, so that "
+    "threads one after another do not pile up",
+    "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.on_leak = leak_policy::ignore;
+  session work(pool, s, o);
+  const std::size_t before = cuscope::detail::live_stripes().load();
+  std::optional<device_buffer<char>> handed;
+  for (int t = 0; t < 40; ++t) {
+    std::thread([&, t] {
+      auto mine = work.make_buffer<char>(128);
+      if (t == 7) handed.emplace(work.make_buffer<char>(512, "from thread 7"));
+      if (t == 30) handed.reset();  // made by an exited thread, freed by another
+    }).join();
+  }
+  // One stripe for the threads that ran one at a time (and none for this thread, which made
+  // nothing through the session).
+  CHECK(cuscope::detail::live_stripes().load() == before + 1);
+  CHECK(work.live_allocations() == 0);
+  auto kept = work.make_buffer<char>(256, "kept");
+  std::thread([&] {
+    thread_local std::optional<device_buffer<char>> late;  // destroyed as the thread exits
+    late.emplace(work.make_buffer<char>(64, "thread-local"));
+  }).join();
+  const session_report& r = work.finish();
+  CHECK(r.allocations == 40 + 1 + 1 + 1);
+  CHECK(r.leaked_allocations == 1);
+  REQUIRE(r.leaks.size() == 1);
+  CHECK(r.leaks[0].tag == "kept");
+}
+
+TEST_CASE(
+    "session: a thread that took over an exited thread's counts frees what that thread made in a "
+    "nested session without upsetting the parent's counts",
+    "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session parent(pool, s);
+  std::optional<session> child;
+  child.emplace(parent, s);
+  std::optional<device_buffer<char>> from_a;
+  // B counts in the parent first (a stripe of its own there, while A runs); A makes a buffer in
+  // the nested session and exits; B then counts in the nested session (where it takes over A's
+  // stripe) and frees A's buffer.
+  std::atomic<int> step{0};
+  std::thread b([&] {
+    auto own = parent.make_buffer<char>(1024);
+    step.store(1);
+    while (step.load() != 2)
+      std::this_thread::yield();
+    auto in_child = child->make_buffer<char>(256);
+    from_a.reset();
+    auto again = parent.make_buffer<char>(64);
+  });
+  while (step.load() != 1)
+    std::this_thread::yield();
+  std::thread([&] { from_a.emplace(child->make_buffer<char>(4096, "from a")); }).join();
+  step.store(2);
+  b.join();
+  CHECK(child->live_allocations() == 0);
+  CHECK(parent.live_allocations() == 0);
+  CHECK(parent.live_bytes() == 0);
+  const session_report& rc = child->finish();
+  child.reset();
+  CHECK(rc.tracked_peak_bytes >= 4096 + 256);
+  CHECK(rc.tracked_peak_bytes <= 4096 + 256);
+  const session_report& r = parent.finish();
+  CHECK_FALSE(r.leaked());
+  CHECK(r.allocations == 4);
+  CHECK(r.frees == 4);
+  // All but the last were live at once: an upper bound is at least that.
+  CHECK(r.tracked_peak_bytes >= 4096 + 1024 + 256);
+  CHECK(r.tracked_peak_bytes <= 4096 + 1024 + 256 + 64);
+}
+// An adaptor's free by pointer takes its record before the memory goes back to the pool: another
+// thread's buffer may get the same address at once, and its record must stay its own.
+TEST_CASE("session: an adaptor's free by pointer races a buffer that reuses the address",
+          "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  const std::size_t ledgers = cuscope::detail::live_ledgers().load();
+  bool mismatch = false;
+  bool ledger_ok = true;
+  auto* adaptor = new cuscope::detail::ledger_ref();
+  {
+    session_options o;
+    o.name = "reuse";
+    o.on_leak = leak_policy::ignore;
+    session work(pool, s, o);
+    *adaptor = cuscope::detail::ledger_ref(work.accounting());
+    const cuscope::memory_pool_ref ref = pool;
+    constexpr int rounds = 100000;
+    std::atomic<int> started{0};
+    std::atomic<const void*> last_adaptor{nullptr};
+    std::atomic<long> same{0};
+    // The adaptor's thread makes its stripe first, so that the buffer thread's, newer, comes
+    // first in the ledger's list, where find() looks first.
+    std::thread freer([&] {
+      for (int i = 0; i < rounds; ++i) {
+        void* p = cuscope::detail::accounted_allocate(ref, s, 256, adaptor->get(), "adaptor");
+        if (i == 0) started.store(1);
+        last_adaptor.store(p);
+        cuscope::detail::free_discharged_nothrow(p, 256, s.get(), ref, adaptor->get());
+      }
+    });
+    while (started.load() == 0)
+      std::this_thread::yield();
+    std::thread maker([&] {
+      for (int i = 0; i < rounds; ++i) {
+        auto b = work.make_buffer<char>(256);
+        if (b.data() == last_adaptor.load()) same.fetch_add(1);
+      }
+    });
+    freer.join();
+    maker.join();
+    UNSCOPED_INFO("buffers at the adaptor's last address: " << same.load());
+    std::vector<cuscope::detail::named_record> live;
+    work.accounting()->live_records(live);
+    mismatch = work.live_allocations() != 0 || !live.empty();
+    UNSCOPED_INFO("live records " << live.size() << ", live_allocations " << work.live_allocations()
+                                  << ", live_bytes " << work.live_bytes());
+    CHECK(work.live_allocations() == 0);
+    CHECK(live.empty());
+  }
+  // The adaptor still holds the ledger.
+  ledger_ok = cuscope::detail::live_ledgers().load() == ledgers + 1;
+  UNSCOPED_INFO("ledgers alive beyond the baseline, adaptor holding one: "
+                << static_cast<long>(cuscope::detail::live_ledgers().load() - ledgers));
+  CHECK(ledger_ok);
+  CHECK_FALSE(mismatch);
+  if (ledger_ok) delete adaptor;  // else the ledger is gone already: a second delete would crash
+  // The adaptor's was the last reference: the ledger goes with it.
+  CHECK(cuscope::detail::live_ledgers().load() == ledgers);
+  s.synchronize();
+}
+
+// A nested session's ledger outlives both sessions; threads free the parent's and the
+// child's buffers crosswise and make more like the child's, after both ended.
+TEST_CASE("session: a child ledger outlives its parent's end, freed and grown on other threads",
+          "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  const std::size_t ledgers = cuscope::detail::live_ledgers().load();
+  for (int round = 0; round < 30; ++round) {
+    session_options po;
+    po.name = "parent";
+    po.on_leak = leak_policy::ignore;
+    auto parent = std::make_unique<session>(pool, s, po);
+    session_options co;
+    co.name = "child";
+    co.on_leak = leak_policy::ignore;
+    auto child = std::make_unique<session>(*parent, co);
+    constexpr int threads = 3;
+    std::vector<std::vector<device_buffer<char>>> held(threads);
+    {
+      std::vector<std::thread> makers;
+      for (int t = 0; t < threads; ++t)
+        makers.emplace_back([&, t] {
+          for (int i = 0; i < 40; ++i) {
+            held[static_cast<std::size_t>(t)].push_back(child->make_buffer<char>(128));
+            held[static_cast<std::size_t>(t)].push_back(parent->make_buffer<char>(64));
+          }
+        });
+      for (std::thread& m : makers)
+        m.join();
+    }
+    CHECK(parent->live_allocations() == threads * 80);
+    CHECK(child->live_allocations() == threads * 40);
+    std::atomic<int> go{0};
+    std::vector<std::thread> freers;
+    for (int t = 0; t < threads; ++t)
+      freers.emplace_back([&, t] {
+        while (go.load() == 0)
+          std::this_thread::yield();
+        // Those of the next thread: freed here, and one more made like each child buffer.
+        auto& mine = held[static_cast<std::size_t>((t + 1) % threads)];
+        std::vector<cuscope::device_allocation> more;
+        while (!mine.empty()) {
+          if (mine.back().size() == 128)
+            more.push_back(mine.back().allocation().allocate_like(s, 32));
+          mine.pop_back();
+        }
+      });
+    go.store(1);
+    child.reset();
+    parent.reset();
+    for (std::thread& f : freers)
+      f.join();
+    CHECK(cuscope::detail::live_ledgers().load() == ledgers);
+  }
+  s.synchronize();
+  CHECK(pool.stats().used_bytes == 0);
+}
+
+// Two adaptors of one session free by pointer on one stream: between one's free and its
+// discharge, the other can get the address and, looking its own record up, find the first's.
+TEST_CASE("session: two adaptors' frees by pointer race on a reused address",
+          "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  const std::size_t ledgers = cuscope::detail::live_ledgers().load();
+  auto* adaptor = new cuscope::detail::ledger_ref();
+  bool ledger_ok = true;
+  {
+    session_options o;
+    o.name = "reuse by pointer";
+    o.on_leak = leak_policy::ignore;
+    session work(pool, s, o);
+    *adaptor = cuscope::detail::ledger_ref(work.accounting());
+    const cuscope::memory_pool_ref ref = pool;
+    constexpr int rounds = 50000;
+    std::atomic<int> started{0};
+    const auto loop = [&](bool first) {
+      for (int i = 0; i < rounds; ++i) {
+        void* p = cuscope::detail::accounted_allocate(ref, s, 256, adaptor->get(), "adaptor");
+        if (i == 0 && first) started.store(1);
+        cuscope::detail::free_discharged_nothrow(p, 256, s.get(), ref, adaptor->get());
+      }
+    };
+    std::thread one([&] { loop(true); });
+    while (started.load() == 0)
+      std::this_thread::yield();
+    std::thread two([&] { loop(false); });
+    one.join();
+    two.join();
+    std::vector<cuscope::detail::named_record> live;
+    work.accounting()->live_records(live);
+    CHECK(work.live_allocations() == 0);
+    CHECK(live.empty());
+  }
+  ledger_ok = cuscope::detail::live_ledgers().load() == ledgers + 1;
+  CHECK(ledger_ok);
+  if (ledger_ok) delete adaptor;
+  CHECK(cuscope::detail::live_ledgers().load() == ledgers);
+  s.synchronize();
+}
+
+// The session ends while every thread keeps counting in its stripe (allocate_like and
+// frees of its own buffers) and frees another thread's: no count lost or doubled at the switch.
+TEST_CASE("session: a session ends while threads keep allocating like their buffers and freeing",
+          "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  const std::size_t ledgers = cuscope::detail::live_ledgers().load();
+  for (int round = 0; round < 100; ++round) {
+    session_options o;
+    o.name = "switch";
+    o.on_leak = leak_policy::ignore;
+    auto work = std::make_unique<session>(pool, s, o);
+    constexpr int threads = 3;
+    std::vector<std::vector<device_buffer<char>>> own(threads);
+    std::vector<std::vector<device_buffer<char>>> foreign(threads);
+    {
+      std::vector<std::thread> makers;
+      for (int t = 0; t < threads; ++t)
+        makers.emplace_back([&, t] {
+          for (int i = 0; i < 30; ++i)
+            own[static_cast<std::size_t>(t)].push_back(work->make_buffer<char>(64));
+        });
+      for (std::thread& m : makers)
+        m.join();
+      for (int t = 0; t < threads; ++t)
+        for (int i = 0; i < 10; ++i) {
+          auto& from = own[static_cast<std::size_t>((t + 1) % threads)];
+          foreign[static_cast<std::size_t>(t)].push_back(std::move(from.back()));
+          from.pop_back();
+        }
+    }
+    std::atomic<int> ready{0};
+    std::atomic<bool> ended{false};
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t)
+      workers.emplace_back([&, t] {
+        auto& mine = own[static_cast<std::size_t>(t)];
+        auto& other = foreign[static_cast<std::size_t>(t)];
+        ready.fetch_add(1);
+        // Until well after the end: each round makes one like its first buffer and frees it.
+        for (int i = 0; !ended.load() || i < 200; ++i) {
+          auto like = mine.front().allocation().allocate_like(s, 32);
+          if (mine.size() > 1) mine.pop_back();
+          if (!other.empty()) other.pop_back();
+        }
+        mine.clear();
+      });
+    while (ready.load() < threads)
+      std::this_thread::yield();
+    work.reset();
+    ended.store(true);
+    for (std::thread& w : workers)
+      w.join();
+    CHECK(cuscope::detail::live_ledgers().load() == ledgers);
+  }
+  s.synchronize();
+  CHECK(pool.stats().used_bytes == 0);
+}
+
+TEST_CASE("session: CUSCOPE_NO_MEMBARRIER=1 counts with sequentially consistent atomics instead",
+          "[session][concurrency]") {
+  const char* off = std::getenv("CUSCOPE_NO_MEMBARRIER");
+  const bool asymmetric = cuscope::detail::asymmetric_fences();
+  UNSCOPED_INFO("process-wide barrier: " << (asymmetric ? "membarrier" : "none"));
+  if (off != nullptr && std::string(off) == "1") CHECK_FALSE(asymmetric);
+#if !defined(__linux__) || CUSCOPE_DETAIL_TSAN
+  CHECK_FALSE(asymmetric);
+#endif
+}
+
+namespace {
+
+struct exit_allocator {
+  session* work = nullptr;
+  ~exit_allocator() {
+    if (work != nullptr) {
+      auto b = work->make_buffer<char>(32, "at exit");
+    }
+  }
+};
+
+struct reentry_state {
+  std::optional<device_buffer<char>> outside;
+  session* work = nullptr;
+  std::optional<device_buffer<char>> kept;
+};
+
+bool allocate_in_handler(const cuscope::out_of_memory_info& info) noexcept {
+  auto* st = static_cast<reentry_state*>(info.user);
+  if (!st->outside.has_value()) return false;
+  st->outside.reset();
+  st->kept.emplace(st->work->make_buffer<char>(MiB, "from the handler"));
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("session: threads that allocate in a session while they exit do not pile up stripes",
+          "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.on_leak = leak_policy::ignore;
+  session work(pool, s, o);
+  const std::size_t before = cuscope::detail::live_stripes().load();
+  for (int t = 0; t < 20; ++t)
+    std::thread([&] {
+      // Constructed before the thread's first stripe (and token holder): destroyed after it.
+      thread_local exit_allocator at_exit;
+      at_exit.work = &work;
+      auto mine = work.make_buffer<char>(128);
+    }).join();
+  UNSCOPED_INFO("stripes added: " << cuscope::detail::live_stripes().load() - before);
+  CHECK(cuscope::detail::live_stripes().load() <= before + 2);
+  CHECK(work.live_allocations() == 0);
+}
+
+TEST_CASE("session: an out-of-memory handler that allocates through the same session",
+          "[session]") {
+  device_guard device;
+  cuscope::pool_options po;
+  po.max_bytes = 128 * MiB;
+  memory_pool pool(po);
+  stream s;
+  reentry_state st;
+  st.outside.emplace(s, 96 * MiB, pool);
+  session_options o;
+  o.name = "reentered";
+  o.on_leak = leak_policy::ignore;
+  session work(pool, s, o);
+  st.work = &work;
+  {
+    const cuscope::scoped_out_of_memory_handler handler(&allocate_in_handler, &st);
+    // This thread's first allocation here: prepare() reserves the stripe's only free record,
+    // which the handler's allocation (between prepare() and enter_prepared()) takes.
+    auto d = work.make_buffer<char>(64 * MiB);
+    CHECK(st.kept.has_value());
+    CHECK(work.live_allocations() == 2);
+  }
+  st.kept.reset();
+  CHECK(work.live_allocations() == 0);
+  s.synchronize();
+}
+
+TEST_CASE("session: pool refusals are counted once on every path of a session and its parents",
+          "[session]") {
+  device_guard device;
+  cuscope::pool_options po;
+  po.max_bytes = 128 * MiB;
+  memory_pool pool(po);
+  stream s;
+  std::optional<device_buffer<char>> outside(device_buffer<char>(s, 96 * MiB, pool));
+  session_options o;
+  o.name = "outer";
+  session outer(pool, s, o);
+  {
+    session_options io;
+    io.name = "inner";
+    io.budget_bytes = 512 * MiB;  // budgeted path
+    session inner(outer, io);
+    CHECK_THROWS_AS(inner.make_buffer<char>(64 * MiB), cuscope::out_of_memory);
+    CHECK_THROWS_AS((void)inner.allocate(s, 64 * MiB), cuscope::out_of_memory);
+    const session_report& ri = inner.finish();
+    CHECK(ri.pool_refusals == 2);
+    CHECK(ri.budget_refusals == 0);
+  }
+  CHECK_THROWS_AS(outer.make_buffer<char>(64 * MiB), cuscope::out_of_memory);
+  CHECK_THROWS_AS((void)outer.allocate(s, 64 * MiB), cuscope::out_of_memory);
+  // A plain allocation from the pool is no session's.
+  CHECK_THROWS_AS(device_buffer<char>(s, 64 * MiB, pool), cuscope::out_of_memory);
+  outside.reset();
+  const session_report& r = outer.finish();
+  CHECK(r.pool_refusals == 4);
+  CHECK(r.allocations == 0);
+  CHECK_FALSE(r.leaked());
+  s.synchronize();
+}
+
+TEST_CASE("session: stripes pass on while exiting threads free remotely and others free theirs",
+          "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  const std::size_t ledgers = cuscope::detail::live_ledgers().load();
+  const std::size_t stripes = cuscope::detail::live_stripes().load();
+  {
+    session work(pool, s, "adopted");
+    std::optional<session> child;
+    child.emplace(work, "adopted child");
+    std::mutex qm;
+    std::vector<device_buffer<char>> queue;
+    std::atomic<bool> stop{false};
+    std::atomic<std::size_t> peak_stripes{0};
+    std::vector<std::thread> freers;
+    for (int f = 0; f < 2; ++f)
+      freers.emplace_back([&] {
+        while (!stop.load()) {
+          std::vector<device_buffer<char>> got;
+          {
+            const std::lock_guard<std::mutex> lock(qm);
+            got.swap(queue);
+          }
+          got.clear();  // made by threads that may have exited: remote frees
+          auto own = child->make_buffer<char>(48);
+          auto own2 = work.make_buffer<char>(40);
+          std::this_thread::yield();
+        }
+      });
+    for (int round = 0; round < 300; ++round) {
+      std::vector<std::thread> shorts;
+      for (int t = 0; t < 3; ++t)
+        shorts.emplace_back([&, t] {
+          // Constructed before this thread's first stripe: destroyed after its token holder, its
+          // frees then go through the shared counts while other threads take its stripes over.
+          thread_local std::vector<device_buffer<char>> at_exit;
+          at_exit.push_back(child->make_buffer<char>(64 + 8 * static_cast<std::size_t>(t)));
+          at_exit.push_back(work.make_buffer<char>(32));
+          auto local = child->make_buffer<char>(16);
+          auto handed = work.make_buffer<char>(24);
+          const std::lock_guard<std::mutex> lock(qm);
+          queue.push_back(std::move(handed));
+          queue.push_back(child->make_buffer<char>(8));
+        });
+      for (std::thread& t : shorts)
+        t.join();
+      const std::size_t now = cuscope::detail::live_stripes().load();
+      if (now > peak_stripes.load()) peak_stripes.store(now);
+    }
+    stop.store(true);
+    for (std::thread& f : freers)
+      f.join();
+    queue.clear();
+    UNSCOPED_INFO("most stripes alive: " << peak_stripes.load() - stripes);
+    // At most 5 threads count at once, in two ledgers.
+    CHECK(peak_stripes.load() - stripes <= 2 * 5);
+    CHECK(child->live_allocations() == 0);
+    CHECK(child->live_bytes() == 0);
+    const session_report& rc = child->finish();
+    CHECK_FALSE(rc.leaked());
+    CHECK(rc.frees == rc.allocations);
+    child.reset();
+    CHECK(work.live_allocations() == 0);
+    CHECK(work.live_bytes() == 0);
+    const session_report& r = work.finish();
+    CHECK_FALSE(r.leaked());
+    CHECK(r.frees == r.allocations);
+  }
+  CHECK(cuscope::detail::live_ledgers().load() == ledgers);
+  CHECK(cuscope::detail::live_stripes().load() == stripes);
+  s.synchronize();
+}
+
+TEST_CASE("session: threads take stripes over while the session ends under them",
+          "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  const std::size_t ledgers = cuscope::detail::live_ledgers().load();
+  const std::size_t stripes = cuscope::detail::live_stripes().load();
+  for (int round = 0; round < 40; ++round) {
+    session_options o;
+    o.name = "ending";
+    o.on_leak = leak_policy::ignore;
+    auto work = std::make_unique<session>(pool, s, o);
+    std::vector<device_buffer<char>> seeds;
+    for (int i = 0; i < 4; ++i)
+      seeds.push_back(work->make_buffer<char>(64));
+    std::mutex qm;
+    std::vector<cuscope::device_allocation> queue;
+    std::atomic<bool> stop{false};
+    std::thread freer([&] {
+      while (!stop.load()) {
+        std::vector<cuscope::device_allocation> got;
+        {
+          const std::lock_guard<std::mutex> lock(qm);
+          got.swap(queue);
+        }
+        std::this_thread::yield();
+      }
+    });
+    std::thread spawner([&] {
+      for (int wave = 0; wave < 12; ++wave) {
+        std::vector<std::thread> shorts;
+        for (int t = 0; t < 2; ++t)
+          shorts.emplace_back([&, t] {
+            thread_local std::vector<cuscope::device_allocation> at_exit;
+            at_exit.push_back(seeds[static_cast<std::size_t>(t)].allocation().allocate_like(s, 16));
+            auto a = seeds[static_cast<std::size_t>(t + 2)].allocation().allocate_like(s, 24);
+            auto b = seeds[static_cast<std::size_t>(t)].allocation().allocate_like(s, 40);
+            const std::lock_guard<std::mutex> lock(qm);
+            queue.push_back(std::move(b));
+          });
+        for (std::thread& t : shorts)
+          t.join();
+      }
+    });
+    std::this_thread::yield();
+    work.reset();  // ends while the threads count
+    spawner.join();
+    stop.store(true);
+    freer.join();
+    queue.clear();
+    CHECK(cuscope::detail::live_ledgers().load() == ledgers + 1);  // held by the seeds
+    seeds.clear();
+    CHECK(cuscope::detail::live_ledgers().load() == ledgers);
+    CHECK(cuscope::detail::live_stripes().load() == stripes);
   }
   s.synchronize();
   CHECK(pool.stats().used_bytes == 0);

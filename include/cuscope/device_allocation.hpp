@@ -145,7 +145,7 @@ class device_allocation {
         pool_(std::exchange(other.pool_, nullptr)),
         device_(other.device_),
         ledger_(std::exchange(other.ledger_, nullptr)),
-        slot_(other.slot_) {}
+        record_(other.record_) {}
 
   /// @brief Frees this allocation's memory and takes other's; other is left empty.
   device_allocation& operator=(device_allocation&& other) noexcept {
@@ -157,7 +157,7 @@ class device_allocation {
       pool_ = std::exchange(other.pool_, nullptr);
       device_ = other.device_;
       ledger_ = std::exchange(other.ledger_, nullptr);
-      slot_ = other.slot_;
+      record_ = other.record_;
     }
     return *this;
   }
@@ -228,6 +228,8 @@ class device_allocation {
   // counted by accounting (not nullptr).
   void allocate_counted(const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting,
                         const char* tag, call_site site, alloc_policy policy);
+  void allocate_budgeted(const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting,
+                         const char* tag, call_site site, alloc_policy policy);
 
   void free_counted() noexcept;
 
@@ -237,7 +239,7 @@ class device_allocation {
   cudaMemPool_t pool_ = nullptr;
   int device_ = 0;
   detail::ledger* ledger_ = nullptr;
-  std::uint32_t slot_ = detail::no_ledger_slot;  // in ledger_'s records
+  detail::ledger_record* record_ = nullptr;  // in ledger_'s records
 };
 
 }  // namespace cuscope
@@ -254,23 +256,23 @@ CUSCOPE_DETAIL_NOINLINE inline void* accounted_allocate_counted(
     const memory_pool_ref& pool, stream_ref stream, std::size_t bytes, ledger* accounting,
     const char* who, const char* tag, const char* file, unsigned line, alloc_policy policy) {
   if (accounting->closed()) allocate_after_finish(*accounting, who);
-  const bool charged = accounting->charge(bytes);
-  void* p = nullptr;
+  // What counting needs that may fail comes first: a failure after the pool's allocation would
+  // have to free it behind the recorder's back.
+  ledger_record& r = accounting->prepare();
+  bool charged = false;
   try {
-    p = pool.allocate(stream, bytes, policy, accounting->recording());
+    charged = accounting->charge(bytes);
+    void* const p = pool.allocate(stream, bytes, policy, accounting->recording());
     // Freed by pointer through the session or the adaptor, which hold the ledger themselves.
-    (void)accounting->enter(p, bytes, stream.get(), tag != nullptr ? tag : who, file, line, charged,
-                            false);
-  } catch (const out_of_memory& e) {
-    if (e.status() != cudaSuccess) accounting->refused(false);  // a budget counts its own
-    accounting->cancel(bytes, charged);
-    throw;
+    (void)accounting->enter_prepared(r, p, bytes, stream.get(), tag != nullptr ? tag : who, file,
+                                     line, false);
+    return p;
   } catch (...) {
-    if (p != nullptr) (void)free_async_nothrow(p, stream.get(), pool.device(), bytes);
+    // The pool counted its refusal in the target's tally, a budget its own in charge().
+    ledger::unprepare(r);
     accounting->cancel(bytes, charged);
     throw;
   }
-  return p;
 }
 
 // Without a session, the pool's own allocation inline; with one, out of line.
@@ -331,19 +333,25 @@ CUSCOPE_DETAIL_NOINLINE inline void free_discharged_nothrow(void* ptr, std::size
                                                             const memory_pool_ref& pool,
                                                             ledger* accounting) noexcept {
   // A failed free leaves the allocation counted (a leak the session names), and reported; it
-  // holds no reference to drop.
-  if (ptr == nullptr || !free_async_nothrow(ptr, stream, pool.device(), bytes)) return;
+  // holds no reference to drop. Its record is taken before the free: once freed, another
+  // thread's allocation may get the address.
+  if (ptr == nullptr) return;
+  ledger_record* const record = accounting->find(ptr);
+  if (!free_async_nothrow(ptr, stream, pool.device(), bytes)) {
+    if (record != nullptr) record->ptr.store(ptr, std::memory_order_release);  // still live
+    return;
+  }
   if (recorder_hook* h = accounting->hook())
     h->record_free(pool.device(), pool.get(), stream, ptr, bytes);
   else if (any_pool_recorded())
     notify_pool_free(pool.device(), pool.get(), stream, ptr, bytes);
-  accounting->discharge(ptr, bytes);
+  accounting->discharge(bytes, record);
 }
 
 }  // namespace detail
 
 inline void* device_allocation::release() noexcept {
-  if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge(bytes_, slot_, false);
+  if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge(bytes_, record_, false);
   bytes_ = 0;
   return std::exchange(data_, nullptr);
 }
@@ -351,35 +359,48 @@ inline void* device_allocation::release() noexcept {
 inline void device_allocation::set_stream(stream_ref stream) {
   if (data_ != nullptr) detail::order_after(stream, stream_ref(stream_), device_);
   stream_ = stream.get();
-  if (ledger_ != nullptr) ledger_->moved_to(stream_, slot_);
+  if (ledger_ != nullptr) ledger_->moved_to(stream_, record_);
 }
 
 CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted(
     const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting, const char* tag,
     call_site site, alloc_policy policy) {
-  const bool charged = accounting->charge(bytes);
-  const detail::record_target& target = accounting->recording();
-  void* p = nullptr;
-  try {
-    p = pool.allocate_recorded(stream_ref(stream_), bytes, policy, target);
-    slot_ = accounting->enter(p, bytes, stream_, tag, site.file, site.line, charged);
-  } catch (const out_of_memory& e) {
-    // From the pool (p is not allocated): a budget refused in charge(), and counted it.
-    if (e.status() != cudaSuccess) accounting->refused(false);
-    accounting->cancel(bytes, charged);
-    throw;
-  } catch (...) {
-    // Only enter() throws with p allocated (std::bad_alloc): the free is recorded where the
-    // allocation was, and a failed one is reported to the cleanup handler.
-    if (p != nullptr && detail::free_async_nothrow(p, stream_, device_, bytes) &&
-        detail::may_record(target))
-      detail::notify_free(target, device_, pool_, stream_, p, bytes);
-    accounting->cancel(bytes, charged);
-    throw;
-  }
+  if (accounting->budgeted()) return allocate_budgeted(pool, bytes, accounting, tag, site, policy);
+  // What counting needs that may fail comes first, so that nothing here needs undoing: the pool
+  // counts its refusal in the target's tally.
+  struct guard {
+    detail::ledger_record* r;
+    ~guard() {
+      if (r != nullptr) detail::ledger::unprepare(*r);
+    }
+  } g{&accounting->prepare()};
+  void* const p =
+      pool.allocate_recorded(stream_ref(stream_), bytes, policy, accounting->recording());
+  record_ = accounting->enter_prepared(*std::exchange(g.r, nullptr), p, bytes, stream_, tag,
+                                       site.file, site.line);
   data_ = p;
   bytes_ = bytes;
   ledger_ = accounting;
+}
+
+CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_budgeted(
+    const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting, const char* tag,
+    call_site site, alloc_policy policy) {
+  detail::ledger_record& s = accounting->prepare();
+  bool charged = false;
+  try {
+    charged = accounting->charge(bytes);  // counts its own refusal
+    void* const p =
+        pool.allocate_recorded(stream_ref(stream_), bytes, policy, accounting->recording());
+    record_ = accounting->enter_prepared(s, p, bytes, stream_, tag, site.file, site.line);
+    data_ = p;
+    bytes_ = bytes;
+    ledger_ = accounting;
+  } catch (...) {  // from the pool, which counted its refusal: nothing was allocated
+    detail::ledger::unprepare(s);
+    accounting->cancel(bytes, charged);
+    throw;
+  }
 }
 
 CUSCOPE_DETAIL_NOINLINE inline void device_allocation::free_counted() noexcept {
@@ -388,10 +409,10 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::free_counted() noexcept {
       h->record_free(device_, pool_, stream_, data_, bytes_);
     else if (detail::any_pool_recorded())
       detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
-    ledger_->discharge(bytes_, slot_);
+    ledger_->discharge(bytes_, record_);
   } else {
     // Still allocated: the session goes on counting it, and names it as a leak.
-    ledger_->abandon();
+    ledger_->abandon(record_);
   }
 }
 

@@ -259,7 +259,7 @@ class imported_allocation {
         pool_(other.pool_),
         device_(other.device_),
         ledger_(std::exchange(other.ledger_, nullptr)),
-        slot_(other.slot_) {}
+        record_(other.record_) {}
   /// @brief Frees this mapping and takes other's; other is left empty.
   imported_allocation& operator=(imported_allocation&& other) noexcept {
     if (this != &other) {
@@ -270,7 +270,7 @@ class imported_allocation {
       pool_ = other.pool_;
       device_ = other.device_;
       ledger_ = std::exchange(other.ledger_, nullptr);
-      slot_ = other.slot_;
+      record_ = other.record_;
     }
     return *this;
   }
@@ -293,7 +293,7 @@ class imported_allocation {
   /// @brief Gives up ownership: the caller frees the returned pointer (cudaFree or cudaFreeAsync)
   /// before the exporter frees the allocation. A session no longer counts it.
   [[nodiscard]] void* release() noexcept {
-    if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge(bytes_, slot_, false);
+    if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge(bytes_, record_, false);
     bytes_ = 0;
     return std::exchange(data_, nullptr);
   }
@@ -303,7 +303,7 @@ class imported_allocation {
   void set_stream(stream_ref stream) {
     if (data_ != nullptr) {
       detail::order_after(stream, stream_ref(stream_), device_);
-      if (ledger_ != nullptr) ledger_->moved_to(stream.get(), slot_);
+      if (ledger_ != nullptr) ledger_->moved_to(stream.get(), record_);
     }
     stream_ = stream.get();
   }
@@ -329,7 +329,7 @@ class imported_allocation {
     bytes_ = bytes;
     if (accounting != nullptr) {
       try {  // named in the session's leak report
-        slot_ = accounting->enter(data_, bytes_, stream_, "imported", __FILE__, __LINE__, charged);
+        record_ = accounting->enter(data_, bytes_, stream_, "imported", __FILE__, __LINE__);
       } catch (...) {
         free();
         accounting->cancel(bytes, charged);
@@ -346,15 +346,15 @@ class imported_allocation {
       const detail::stream_device_guard_nothrow on(stream_, device_);
       if (CUSCOPE_DETAIL_CLEANUP_BYTES(cudaFreeAsync(data_, stream_),
                                        "cuscope::imported_allocation", data_, bytes_)) {
-        if (ledger_ != nullptr) ledger_->discharge(bytes_, slot_);
+        if (ledger_ != nullptr) ledger_->discharge(bytes_, record_);
       } else if (ledger_ != nullptr) {
-        ledger_->abandon();  // still mapped: the session goes on counting it, as a leak
+        ledger_->abandon(record_);  // still mapped: the session goes on counting it, as a leak
       }
     }
     data_ = nullptr;
     bytes_ = 0;
     ledger_ = nullptr;
-    slot_ = detail::ledger::no_slot;
+    record_ = nullptr;
   }
 
   void* data_ = nullptr;
@@ -363,7 +363,7 @@ class imported_allocation {
   cudaMemPool_t pool_ = nullptr;
   int device_ = 0;
   detail::ledger* ledger_ = nullptr;
-  std::uint32_t slot_ = detail::ledger::no_slot;
+  detail::ledger_record* record_ = nullptr;
 };
 
 inline detail::ledger* imported_allocation::counting(session& s) {

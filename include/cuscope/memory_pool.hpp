@@ -837,10 +837,12 @@ CUSCOPE_DETAIL_COLD inline void* pool_allocate_failed(cudaMemPool_t handle, int 
       ++info.attempt;
     }
   }
-  if (status == cudaErrorMemoryAllocation)
+  if (status == cudaErrorMemoryAllocation) {
+    detail::alloc_tally::refused(target);
     throw out_of_memory(bytes, pool_oom_message(handle, device, limit, self, bytes) +
                                    " (cudaMallocFromPoolAsync failed with "
                                    "cudaErrorMemoryAllocation)");
+  }
   throw_cuda_error(status, "cudaMallocFromPoolAsync", __FILE__, __LINE__,
                    describe_pool(handle, device) + ", " + format_bytes(bytes) + " on " +
                        stream.describe() + pool_destroyed_note(handle, status));

@@ -78,6 +78,10 @@ struct session_report {
   std::size_t driver_free_at_exit_bytes = 0;   ///< Device free memory at the end.
   std::size_t driver_total_bytes = 0;          ///< Device memory.
   std::size_t tracked_peak_bytes = 0;          ///< Peak of live bytes made by make_buffer.
+  /// @brief Whether tracked_peak_bytes is an upper bound rather than the peak: allocations were
+  /// counted on several threads and no budget (here or above) counted them together, so it is
+  /// the sum of each thread's own peak.
+  bool tracked_peak_upper_bound = false;
   std::size_t leaked_allocations = 0;  ///< Allocations counted by the session live at the end.
   std::size_t leaked_bytes = 0;        ///< Their bytes.
   // Counters, from the session's start to its end, of what was allocated through it and through
@@ -610,7 +614,7 @@ inline std::string session_report::to_string() const {
   s += "  peak in use " + figure("peak_used_bytes", peak_used_bytes) + ", peak reserved " +
        figure("peak_reserved_bytes", peak_reserved_bytes) +
        (concurrent ? " (of the pool, shared)" : "") + "; its own allocations peaked at " +
-       format_bytes(tracked_peak_bytes) + "\n";
+       (tracked_peak_upper_bound ? "at most " : "") + format_bytes(tracked_peak_bytes) + "\n";
   s += "  " + std::to_string(allocations) + " allocation" + (allocations == 1 ? "" : "s") + ", " +
        std::to_string(frees) + " freed";
   if (budget_refusals + pool_refusals + retries != 0)
@@ -709,6 +713,7 @@ inline std::string to_json(const session_report& r) {
   number("driver_free_at_exit_bytes", r.driver_free_at_exit_bytes);
   number("driver_total_bytes", r.driver_total_bytes);
   number("tracked_peak_bytes", r.tracked_peak_bytes);
+  flag("tracked_peak_upper_bound", r.tracked_peak_upper_bound);
   number("leaked_allocations", r.leaked_allocations);
   number("leaked_bytes", r.leaked_bytes);
   number("allocations", r.allocations);
@@ -777,16 +782,21 @@ inline std::string to_json(const session_report& r) {
 
 inline void session::deallocate(stream_ref stream, void* ptr, std::size_t bytes) {
   if (ptr == nullptr) return;
-  const std::uint32_t slot = ledger_->find(ptr);
-  if (slot == detail::ledger::no_slot)
+  detail::ledger_record* const record = ledger_->find(ptr);
+  if (record == nullptr)
     throw std::logic_error("cuscope::session '" + options_.name + "': deallocate of " +
                            detail::format_pointer(ptr) + " (" + detail::format_bytes(bytes) +
                            "), which is not live memory from this session's allocate() "
                            "(deallocated twice, or allocated elsewhere); nothing was freed");
-  pool_.deallocate(stream, ptr, bytes);
+  try {
+    pool_.deallocate(stream, ptr, bytes);
+  } catch (...) {
+    record->ptr.store(ptr, std::memory_order_release);  // still live
+    throw;
+  }
   if (recorder_ != nullptr && !records_pool())
     recorder_->record_free(pool_.device(), pool_.get(), stream.get(), ptr, bytes);
-  ledger_->discharge(bytes, slot);
+  ledger_->discharge(bytes, record);
 }
 
 inline std::size_t session::live_allocations() const noexcept {
@@ -815,7 +825,7 @@ inline session::~session() {
   }
   // A restore that failed in finish() gets one more try.
   if (saved_threshold_) restore_threshold_nothrow();
-  ledger_->release();
+  ledger_->end();
 }
 
 inline auto session::finish() -> const session_report& {
@@ -840,7 +850,7 @@ inline session::session(session* parent, memory_pool_ref pool, stream_ref stream
   ledger_ = new detail::ledger(up, options_.budget_bytes, options_.name, stream_.get(),
                                std::move(listed));
   if (up != nullptr && (open_at_entry_ = up->open_child(ledger_)) == 0) {
-    ledger_->release();
+    ledger_->end();
     throw std::logic_error("cuscope::session '" + options_.name + "': its parent session '" +
                            parent->options_.name + "' has finished");
   }
@@ -848,7 +858,7 @@ inline session::session(session* parent, memory_pool_ref pool, stream_ref stream
     begin(parent);
   } catch (...) {
     if (up != nullptr) up->close_child(ledger_);
-    ledger_->release();
+    ledger_->end();
     throw;
   }
 }
@@ -1196,8 +1206,9 @@ inline auto session::finish_impl(bool may_throw) -> const session_report& {
   report_.leaked_allocations = ledger_->live_allocations();
   report_.leaked_bytes = ledger_->live_bytes();
   report_.tracked_peak_bytes = ledger_->peak_bytes();
+  report_.tracked_peak_upper_bound = !ledger_->peak_exact();
   report_.allocations = ledger_->allocations();
-  report_.frees = ledger_->frees();
+  report_.frees = ledger_->frees(report_.leaked_allocations);
   report_.budget_refusals = ledger_->budget_refusals();
   report_.pool_refusals = ledger_->pool_refusals();
   report_.retries = ledger_->retries();

@@ -634,7 +634,7 @@ void batch_pipeline<T, Out, Batch>::release() noexcept {
   final_.reset();
   results_.reset();
   copy_.reset();
-  if (accounting_ != nullptr) std::exchange(accounting_, nullptr)->release();
+  if (accounting_ != nullptr) std::exchange(accounting_, nullptr)->end();
 }
 
 }  // namespace cuscope::detail

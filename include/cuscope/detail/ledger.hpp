@@ -7,10 +7,18 @@
 #include <cuda_runtime_api.h>
 #include <sched.h>  // sched_yield
 
+#if defined(__linux__)
+#  include <linux/membarrier.h>
+#  include <sys/syscall.h>
+#  include <unistd.h>
+#endif
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>  // std::getenv
 #include <mutex>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -22,17 +30,41 @@
 #include "ledger_fwd.hpp"
 #include "recorder_hook.hpp"
 
+// The C++ ABI's registration of a thread-local destructor (what the compiler emits for a
+// thread_local object), for a thread that counts while its thread-local objects are destroyed.
+#if defined(__linux__) && (defined(__GLIBCXX__) || defined(_LIBCPP_VERSION))
+#  define CUSCOPE_DETAIL_THREAD_ATEXIT 1
+extern "C" int __cxa_thread_atexit(void (*)(void*), void*, void*) noexcept;
+// As the compiler declares it for the destructors of static objects (C++ linkage, hidden: each
+// shared library has its own).
+extern void* __dso_handle __attribute__((__visibility__("hidden")));
+#else
+#  define CUSCOPE_DETAIL_THREAD_ATEXIT 0
+#endif
+
+// Under ThreadSanitizer the ledger synchronizes with atomic operations only, which it models
+// (it does not model the process-wide barrier the ledger otherwise uses).
+#if defined(__SANITIZE_THREAD__)
+#  define CUSCOPE_DETAIL_TSAN 1
+#elif defined(__has_feature)
+#  if __has_feature(thread_sanitizer)
+#    define CUSCOPE_DETAIL_TSAN 1
+#  endif
+#endif
+#ifndef CUSCOPE_DETAIL_TSAN
+#  define CUSCOPE_DETAIL_TSAN 0
+#endif
+
 namespace cuscope::detail {
 
 /// One live allocation charged to a session: what a leak report names.
 struct allocation_record {
-  const void* ptr = nullptr;  // nullptr: a free slot
+  const void* ptr = nullptr;
   std::size_t bytes = 0;
   cudaStream_t stream = nullptr;
   const char* tag = nullptr;   // the caller's, a string that outlives the allocation
   const char* file = nullptr;  // the call site
-  unsigned line = 0;           // the call site; in a free slot, the next free slot
-  bool holds_ref = false;      // the allocation holds a reference to the ledger
+  unsigned line = 0;           // the call site
 };
 
 /// A live allocation with the name of the session it was charged to.
@@ -41,42 +73,386 @@ struct named_record {
   std::string session;
 };
 
-/// A lock for a few instructions' worth of work on the allocation path. A thread that finds it
-/// taken spins with the CPU's pause hint, and after a while yields its time slice, so that a
-/// holder descheduled on a busy machine gets to run (waiting out an allocation on another thread
-/// never costs a busy core).
-class spin_lock {
- public:
-  void lock() noexcept {
-    if (flag_.test_and_set(std::memory_order_acquire)) contended();
-  }
-  void unlock() noexcept { flag_.clear(std::memory_order_release); }
-
- private:
-  CUSCOPE_DETAIL_NOINLINE void contended() noexcept {
-    for (unsigned spins = 0; flag_.test_and_set(std::memory_order_acquire); ++spins) {
-      if (spins < 64) {
+/// The CPU's hint that a thread is spinning.
+inline void spin_pause(unsigned spins) noexcept {
+  if (spins < 64) {
 #if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
+    __builtin_ia32_pause();
 #endif
-      } else {
-        (void)sched_yield();
-      }
-    }
+  } else {
+    (void)sched_yield();
   }
+}
 
-  std::atomic_flag flag_ = ATOMIC_FLAG_INIT;
+// Which thread is which, for the ledger: a number never given to another thread, with the address
+// of the counter it came from (a program whose shared libraries each hold a copy of this header's
+// statics still tells their threads apart).
+CUSCOPE_DETAIL_NOINLINE inline std::uint64_t next_thread_number(const void*& source) noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  source = &next;
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+struct thread_identity {
+  std::uint64_t number = 0;
+  const void* source = nullptr;
+  bool exiting = false;  // its thread-local objects are being destroyed (thread_token_holder)
 };
 
+inline thread_identity& this_thread_identity_mutable() noexcept {
+  static thread_local thread_identity me;  // constant-initialized: no guard
+  if (me.number == 0) me.number = next_thread_number(me.source);
+  return me;
+}
+
+inline const thread_identity& this_thread_identity() noexcept {
+  return this_thread_identity_mutable();
+}
+
+/// Whether the ledger may use the process-wide memory barrier (Linux's membarrier, registered
+/// once), which lets a thread count its own allocations without a locked instruction: the rare
+/// side (a session's end) pays for the synchronization instead. Otherwise (another system, a
+/// kernel or sandbox without it, ThreadSanitizer, or CUSCOPE_NO_MEMBARRIER set to 1 in the
+/// environment) both sides use sequentially consistent atomics.
+inline bool asymmetric_fences() noexcept {
+#if CUSCOPE_DETAIL_TSAN || !defined(__linux__) || !defined(__NR_membarrier)
+  return false;
+#else
+  static const bool ready = [] {
+    const char* off = std::getenv("CUSCOPE_NO_MEMBARRIER");
+    if (off != nullptr && off[0] == '1' && off[1] == '\0') return false;
+    return syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0) == 0;
+  }();
+  return ready;
+#endif
+}
+
+/// The heavy side of the fence: every thread of the process passes a full memory barrier.
+/// Returns false when it could not (membarrier failed after it was registered).
+inline bool process_fence(bool asymmetric) noexcept {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#if !(CUSCOPE_DETAIL_TSAN || !defined(__linux__) || !defined(__NR_membarrier))
+  if (asymmetric) return syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) == 0;
+#else
+  (void)asymmetric;
+#endif
+  return true;
+}
+
+struct ledger_stripe;
+struct thread_token;
+
+/// Ledgers' stripes alive in the process (for tests: a ledger keeps as many as threads counted
+/// in it at once).
+inline std::atomic<std::size_t>& live_stripes() noexcept {
+  static std::atomic<std::size_t> n{0};
+  return n;
+}
+
+/// One allocation's record in a ledger: written by the thread that made the allocation, then by
+/// whoever holds it (its free, set_stream), and read by leak reports from any thread (a sequence
+/// count tells them when they read a record being written).
+struct ledger_record {
+  std::atomic<unsigned> seq{0};           // odd while written
+  std::atomic<const void*> ptr{nullptr};  // nullptr: not live
+  std::atomic<std::size_t> bytes{0};
+  std::atomic<cudaStream_t> stream{nullptr};
+  std::atomic<const char*> tag{nullptr};
+  std::atomic<const char*> file{nullptr};
+  std::atomic<unsigned> line{0};
+  std::atomic<bool> holds_ref{false};   // the allocation holds a reference to the ledger
+  std::atomic<bool> by_pointer{false};  // freed by pointer (find()), not through its record
+  ledger_stripe* stripe = nullptr;      // where it lives
+  std::uint32_t owner_gen = 0;          // the stripe's owner_gen when it was made
+  ledger_record* next_free = nullptr;   // in a free list
+
+  // Writes by the record's holder (one thread at a time).
+  void begin_write() noexcept {
+    seq.store(seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  void end_write() noexcept {
+    seq.store(seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+
+  /// A consistent copy; false when it is not live (or kept being rewritten).
+  bool read(allocation_record& out) const noexcept {
+    for (unsigned tries = 0; tries < 1000; ++tries) {
+      const unsigned before = seq.load(std::memory_order_acquire);
+      if ((before & 1u) != 0) {
+        spin_pause(tries);
+        continue;
+      }
+      out.ptr = ptr.load(std::memory_order_relaxed);
+      out.bytes = bytes.load(std::memory_order_relaxed);
+      out.stream = stream.load(std::memory_order_relaxed);
+      out.tag = tag.load(std::memory_order_relaxed);
+      out.file = file.load(std::memory_order_relaxed);
+      out.line = line.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (seq.load(std::memory_order_relaxed) == before) return out.ptr != nullptr;
+    }
+    return false;
+  }
+};
+
+/// One thread's share of a ledger: the counts of the allocations it made (and freed itself) and
+/// their records. Only its thread writes it, without a locked instruction; other threads read
+/// it, and an allocation freed on another thread is counted in the ledger's shared counts and its
+/// record handed back through remote_free.
+struct alignas(64) ledger_stripe {
+  ledger_stripe(const thread_identity& me, thread_token* t) noexcept : token(t) {
+    own(me, t);
+    live_stripes().fetch_add(1, std::memory_order_relaxed);
+  }
+  ledger_stripe(const ledger_stripe&) = delete;
+  ledger_stripe& operator=(const ledger_stripe&) = delete;
+  ~ledger_stripe();
+
+  // Makes it the stripe of thread me, whose token is t (nullptr: never passed on); under the
+  // ledger's lock, but for a new stripe.
+  void own(const thread_identity& me, thread_token* t) noexcept;
+
+  // Records come in chunks that never move: chunk k holds first_chunk << k of them.
+  static constexpr unsigned first_chunk_bits = 5;
+  static constexpr unsigned max_chunks = 27;
+
+  std::atomic<unsigned> in_op{0};  // 1 while its thread counts (see ledger::end)
+  // Counted by its thread: what it allocated, less what it freed of that itself.
+  std::atomic<std::size_t> bytes{0};         // live bytes, this ledger's and nested ones'
+  std::atomic<std::size_t> peak{0};          // the most of bytes at once
+  std::atomic<std::size_t> count{0};         // this ledger's live allocations
+  std::atomic<std::size_t> nested_count{0};  // nested ledgers' live allocations
+  std::atomic<std::size_t> unowned{0};       // of count, those freed by pointer (no reference)
+  std::atomic<std::size_t> made{0};          // allocations, ever, this ledger's and nested ones'
+  ledger_record* free_list = nullptr;        // its thread's
+  std::atomic<ledger_record*> remote_free{nullptr};  // records freed on other threads
+  std::atomic<std::uint32_t> published{0};           // records readers may look at
+  std::uint32_t size = 0;                            // records handed out, ever
+  std::atomic<std::uint64_t> owner{0};               // its thread (thread_identity)
+  std::atomic<const void*> owner_source{nullptr};
+  thread_token* token;            // whether its thread runs; under the ledger's lock
+  std::uint32_t owner_gen = 0;    // times it passed to another thread; under the ledger's lock
+  ledger_stripe* next = nullptr;  // in the ledger's list
+  std::atomic<ledger_record*> chunks[max_chunks] = {};
+
+  bool owned_by(const thread_identity& me) const noexcept {
+    return owner.load(std::memory_order_relaxed) == me.number &&
+           owner_source.load(std::memory_order_relaxed) == me.source;
+  }
+
+  static std::uint32_t chunk_of(std::uint32_t index) noexcept {
+    const std::uint64_t t = (std::uint64_t{index} >> first_chunk_bits) + 1;
+    return static_cast<std::uint32_t>(63 - __builtin_clzll(t));
+  }
+  static std::uint32_t chunk_start(std::uint32_t k) noexcept {
+    return static_cast<std::uint32_t>(((std::uint64_t{1} << k) - 1) << first_chunk_bits);
+  }
+
+  ledger_record& record(std::uint32_t index) const noexcept {
+    const std::uint32_t k = chunk_of(index);
+    return chunks[k].load(std::memory_order_acquire)[index - chunk_start(k)];
+  }
+
+  // Its thread's: makes sure a free record is there for take(); throws std::bad_alloc.
+  void reserve() {
+    if (free_list != nullptr) return;
+    if (remote_free.load(std::memory_order_relaxed) != nullptr)
+      free_list = remote_free.exchange(nullptr, std::memory_order_acquire);
+    else
+      put(grow());
+  }
+
+  // Its thread's, after reserve().
+  ledger_record& take() noexcept {
+    ledger_record& r = *free_list;
+    free_list = r.next_free;
+    return r;
+  }
+
+  // Its thread's.
+  void put(ledger_record& r) noexcept {
+    r.next_free = free_list;
+    free_list = &r;
+  }
+
+  // Another thread's.
+  void put_remote(ledger_record& r) noexcept {
+    ledger_record* head = remote_free.load(std::memory_order_relaxed);
+    do {
+      r.next_free = head;
+    } while (!remote_free.compare_exchange_weak(head, &r, std::memory_order_release,
+                                                std::memory_order_relaxed));
+  }
+
+  CUSCOPE_DETAIL_NOINLINE ledger_record& grow() {
+    const std::uint32_t index = size;
+    const std::uint32_t k = chunk_of(index);
+    if (k >= max_chunks) throw std::bad_alloc();
+    if (chunks[k].load(std::memory_order_relaxed) == nullptr) {
+      const std::size_t n = std::size_t{1} << (first_chunk_bits + k);
+      ledger_record* const c = new ledger_record[n];
+      for (std::size_t i = 0; i < n; ++i)
+        c[i].stripe = this;
+      chunks[k].store(c, std::memory_order_release);
+    }
+    size = index + 1;
+    published.store(size, std::memory_order_release);
+    return record(index);
+  }
+
+  // Its thread's: changes a count only it writes.
+  static void add(std::atomic<std::size_t>& n, std::size_t by = 1) noexcept {
+    n.store(n.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  }
+  static void sub(std::atomic<std::size_t>& n, std::size_t by = 1) noexcept {
+    n.store(n.load(std::memory_order_relaxed) - by, std::memory_order_relaxed);
+  }
+};
+
+/// A thread's last stripes, by ledger (ledger ids are never reused, so a stale entry never
+/// matches).
+struct stripe_cache_entry {
+  std::uint64_t ledger = 0;
+  const void* source = nullptr;  // of the ledger's id (next_ledger_id)
+  ledger_stripe* stripe = nullptr;
+};
+inline constexpr unsigned stripe_cache_size = 8;
+
+inline stripe_cache_entry* this_thread_stripes() noexcept {
+  static thread_local stripe_cache_entry cache[stripe_cache_size];  // constant-initialized
+  return cache;
+}
+
+/// Whether a thread still runs, for the stripes it owns: once it has exited, a thread new to a
+/// ledger takes over one of its stripes there (so that a ledger holds as many stripes as threads
+/// ran at once, not as threads ever counted there). Held by the thread and by its stripes.
+struct thread_token {
+  std::atomic<bool> alive{true};
+  std::atomic<std::size_t> refs{1};
+
+  void retain() noexcept { refs.fetch_add(1, std::memory_order_relaxed); }
+  void release() noexcept {
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+};
+
+/// The thread's hold on its token, let go when the thread exits.
+struct thread_token_holder {
+  thread_token* token = nullptr;
+  thread_token_holder() noexcept = default;
+  thread_token_holder(const thread_token_holder&) = delete;
+  thread_token_holder& operator=(const thread_token_holder&) = delete;
+  ~thread_token_holder() {
+    if (token == nullptr) {  // its making failed: the thread has no stripes
+      this_thread_identity_mutable().exiting = true;
+      return;
+    }
+    // Whatever the thread counts from here on (thread-local objects destroyed after this one)
+    // goes under another identity, through stripes of its own: the ones it owned may pass to
+    // another thread as soon as the token says it is gone.
+    for (unsigned i = 0; i < stripe_cache_size; ++i)
+      this_thread_stripes()[i] = stripe_cache_entry{};
+    thread_identity& me = this_thread_identity_mutable();
+    me.number = next_thread_number(me.source);
+    me.exiting = true;
+    token->alive.store(false, std::memory_order_release);
+    std::exchange(token, nullptr)->release();
+  }
+};
+
+// While its thread-local objects are destroyed, the thread counts under tokens that each die
+// when the destructor that asked for one returns (__cxa_thread_atexit runs what is registered
+// during those destructors right after the current one): a stripe it takes over then passes on
+// again, rather than staying its for good.
+inline thread_token*& this_thread_exit_token() noexcept {
+  static thread_local thread_token* t = nullptr;  // constant-initialized, trivially destroyed
+  return t;
+}
+
+inline void exit_token_done(void* p) noexcept {
+  for (unsigned i = 0; i < stripe_cache_size; ++i)
+    this_thread_stripes()[i] = stripe_cache_entry{};
+  thread_identity& me = this_thread_identity_mutable();
+  me.number = next_thread_number(me.source);
+  this_thread_exit_token() = nullptr;
+  auto* token = static_cast<thread_token*>(p);
+  token->alive.store(false, std::memory_order_release);
+  token->release();
+}
+
+/// The calling thread's token; nullptr while it exits and none can be had. Throws std::bad_alloc.
+inline thread_token* this_thread_token() {
+  if (this_thread_identity().exiting) {
+#if CUSCOPE_DETAIL_THREAD_ATEXIT
+    thread_token*& t = this_thread_exit_token();
+    if (t != nullptr) return t;
+    auto* fresh = new thread_token;
+    if (__cxa_thread_atexit(&exit_token_done, fresh, &__dso_handle) != 0) {
+      delete fresh;
+      return nullptr;
+    }
+    return t = fresh;
+#else
+    return nullptr;  // a stripe it takes stays its own until the ledger goes
+#endif
+  }
+  static thread_local thread_token_holder holder;
+  if (holder.token == nullptr) holder.token = new thread_token;
+  return holder.token;
+}
+
+inline ledger_stripe::~ledger_stripe() {
+  live_stripes().fetch_sub(1, std::memory_order_relaxed);
+  for (std::atomic<ledger_record*>& c : chunks)
+    delete[] c.load(std::memory_order_relaxed);
+  if (token != nullptr) token->release();
+}
+
+inline void ledger_stripe::own(const thread_identity& me, thread_token* t) noexcept {
+  if (t != nullptr) t->retain();
+  if (token != nullptr && token != t) {
+    token->release();
+    ++owner_gen;  // frees of what the last thread made are no longer this thread's own
+  }
+  token = t;
+  owner.store(me.number, std::memory_order_relaxed);
+  owner_source.store(me.source, std::memory_order_relaxed);
+}
+
+/// Ledgers alive in the process: each is deleted once, when its last holder lets it go (tests
+/// check that it comes back to where it was).
+inline std::atomic<std::size_t>& live_ledgers() noexcept {
+  static std::atomic<std::size_t> n{0};
+  return n;
+}
+
+// As next_thread_number: shared libraries that each hold a copy of this header's statics number
+// their ledgers from 1 each, while a thread's stripe cache may be shared by all of them.
+CUSCOPE_DETAIL_NOINLINE inline std::uint64_t next_ledger_id(const void*& source) noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  source = &next;
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 /// Live allocations and bytes charged to a session, with an optional budget that also counts
-/// against every enclosing session's budget. Reference counted: the session holds one reference,
-/// each allocation charged to it another, and each nested session's ledger one on its parent's.
+/// against every enclosing session's budget. Reference counted: the session holds one reference
+/// (end() drops it), each nested session's ledger one on its parent's, each adaptor one, and,
+/// once the session has ended, each allocation an object owns that outlives it.
 ///
-/// One spin lock per ledger guards its counts, its references and its records, so that counting
-/// an allocation takes one locked operation per enclosing session, whatever it records. Without a
-/// budget anywhere above it, an allocation is counted once made (enter); with one, its bytes are
-/// checked and taken before it is made (charge), so that a request over budget never reaches the
-/// pool.
+/// Each thread that makes allocations through the ledger counts them in a stripe of its own
+/// (ledger_stripe), which only it writes, with plain stores: an allocation and its free on the
+/// same thread take no locked instruction, and threads sharing a session do not wait for each
+/// other. The totals are sums over the stripes and the counts shared by frees made on another
+/// thread than the allocation (which take atomic operations). While the session lives, the
+/// allocations need not hold references: the session holds the ledger. At its end, end() makes
+/// every thread's counting visible (a process-wide barrier, or sequentially consistent atomics
+/// where that is not available), waits for those in progress, and turns the allocations still
+/// live into references; from then on each one holds its own.
+///
+/// Without a budget anywhere above it, an allocation is counted once made (enter); with one, its
+/// bytes are checked and taken first (charge), in a count the threads share, so that a request
+/// over budget never reaches the pool.
 ///
 /// It also knows the streams the session synchronizes by name (its own and those listed), and
 /// whether memory was handed out or moved onto any other stream, in which case the session
@@ -89,168 +465,264 @@ class ledger {
         stream_(stream),
         budget_(budget_bytes),
         budgeted_(budget_bytes != 0 || (parent != nullptr && parent->budgeted_)),
+        asymmetric_(asymmetric_fences()),
+        id_(next_ledger_id(id_source_)),
         name_(std::move(name)),
         listed_(std::move(listed)) {
     recording_.tally = &tally_;
-    if (parent_ == nullptr) return;
-    parent_->add_sub(this);
-    parent_->retain();
-    tally_.parent = &parent_->tally_;
-    recording_ = parent_->recording_;  // a ledger of batches records as its session does
-    recording_.tally = &tally_;
+    if (parent_ != nullptr) {
+      parent_->add_sub(this);  // may throw std::bad_alloc
+      parent_->retain();
+      tally_.parent = &parent_->tally_;
+      recording_ = parent_->recording_;  // a ledger of batches records as its session does
+      recording_.tally = &tally_;
+    }
+    live_ledgers().fetch_add(1, std::memory_order_relaxed);
   }
   ledger(const ledger&) = delete;
   ledger& operator=(const ledger&) = delete;
 
-  void retain() noexcept {
-    const std::lock_guard<spin_lock> lock(lock_);
-    ++refs_;
-  }
+  void retain() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
 
   void release() noexcept {
-    bool last = false;
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy();
+  }
+
+  /// Drops the reference of the session (or batch range) the ledger counts for. From here on,
+  /// the allocations still live hold the ledger, one reference each.
+  void end() noexcept {
+    // Until the allocations' references are in, frees that see the end must not bring the count
+    // to 0.
+    refs_.fetch_add(end_bias, std::memory_order_relaxed);
+    // Counting begun on another thread before it saw the end finishes first; none begins after
+    // without seeing it. The barrier is needed only when another thread counts here (a thread's
+    // first stripe is added under the lock, after which it sees the end).
+    bool others = false;
     {
-      const std::lock_guard<spin_lock> lock(lock_);
-      last = --refs_ == 0;
+      const std::lock_guard<std::mutex> lock(mutex_);
+      ended_.store(true, std::memory_order_seq_cst);
+      others = remote_ops_.load(std::memory_order_seq_cst) != 0;
+      const thread_identity& me = this_thread_identity();
+      for (ledger_stripe* s = stripes_.load(std::memory_order_acquire); s != nullptr; s = s->next)
+        others = others || !s->owned_by(me);
     }
-    if (last) destroy();
+    if (others && !process_fence(asymmetric_))
+      report_cleanup("cuscope: the process-wide memory barrier failed", "cuscope::session", this,
+                     cudaSuccess, "a session's end may miss a count made at the same time",
+                     __FILE__, __LINE__);
+    // The allocations an object owns (count less unowned) still live, less those whose free
+    // failed (they hold none).
+    std::size_t outstanding = 0;
+    for (ledger_stripe* s = stripes_.load(std::memory_order_acquire); s != nullptr; s = s->next) {
+      for (unsigned spins = 0; s->in_op.load(std::memory_order_seq_cst) != 0; ++spins)
+        spin_pause(spins);
+      outstanding +=
+          s->count.load(std::memory_order_relaxed) - s->unowned.load(std::memory_order_relaxed);
+    }
+    for (unsigned spins = 0; remote_ops_.load(std::memory_order_seq_cst) != 0; ++spins)
+      spin_pause(spins);
+    outstanding -= remote_count_.load(std::memory_order_acquire) -
+                   remote_unowned_.load(std::memory_order_acquire) +
+                   dropped_.load(std::memory_order_acquire);
+    // The allocations' references in, the bias out, and then the session's reference.
+    refs_.fetch_sub(end_bias - outstanding, std::memory_order_acq_rel);
+    release();
   }
 
   /// Before an allocation of bytes is made: where this ledger or an enclosing one has a budget,
   /// checks the request against every budget and counts its bytes; returns whether it did (what
-  /// enter() and cancel() are then given). Throws out_of_memory, changing nothing, when a budget
-  /// would be exceeded.
+  /// cancel() is then given). Throws out_of_memory, changing nothing, when a budget would be
+  /// exceeded.
   bool charge(std::size_t bytes) {
     if (!budgeted_) return false;
-    for (ledger* l = this; l != nullptr; l = l->parent_) {
-      bool over = false;
-      std::size_t live = 0;
-      {
-        const std::lock_guard<spin_lock> lock(l->lock_);
+    for (ledger* l = this; l != nullptr && l->budgeted_; l = l->parent_) {
+      std::size_t live = l->charged_.load(std::memory_order_relaxed);
+      if (l->budget_ == 0) {
+        live = l->charged_.fetch_add(bytes, std::memory_order_relaxed);
+      } else {
         // Checked before it is added: a request that does not fit never shows in the count, and
         // a huge one cannot wrap the sum around to something that fits.
-        over = l->budget_ != 0 && (bytes > l->budget_ || l->bytes_ > l->budget_ - bytes);
-        live = l->bytes_;
-        if (!over) l->add_bytes(bytes);
+        do {
+          if (bytes > l->budget_ || live > l->budget_ - bytes) {
+            for (ledger* r = this; r != l; r = r->parent_)
+              r->charged_.fetch_sub(bytes, std::memory_order_relaxed);
+            for (ledger* r = this; r != nullptr; r = r->parent_)
+              r->budget_refusals_.fetch_add(1, std::memory_order_relaxed);
+            l->over_budget(bytes, live);
+          }
+        } while (!l->charged_.compare_exchange_weak(live, live + bytes, std::memory_order_relaxed));
       }
-      if (over) {
-        for (ledger* r = this; r != l; r = r->parent_)
-          r->take_back(bytes);
-        refused(true);
-        l->over_budget(bytes, live);
-      }
+      raise(l->charged_peak_, live + bytes);
     }
     return true;
   }
 
-  /// Counts a refusal (here and in every enclosing ledger): by a session's budget, or by the pool
-  /// (out_of_memory from CUDA).
-  void refused(bool by_budget) noexcept {
-    for (ledger* l = this; l != nullptr; l = l->parent_)
-      (by_budget ? l->budget_refusals_ : l->pool_refusals_).fetch_add(1, std::memory_order_relaxed);
-  }
+  /// Whether a budget here or in an enclosing ledger counts allocations (charge() does work).
+  bool budgeted() const noexcept { return budgeted_; }
 
   /// Reverses charge(bytes) (charged: what it returned) when the allocation was not made.
   void cancel(std::size_t bytes, bool charged) noexcept {
-    if (!charged) return;
-    for (ledger* l = this; l != nullptr; l = l->parent_) {
-      const std::lock_guard<spin_lock> lock(l->lock_);
-      l->bytes_ -= bytes;
-    }
+    if (charged) uncharge(bytes);
   }
 
-  static constexpr std::uint32_t no_slot = no_ledger_slot;
+  /// Counts the allocation of bytes at ptr on stream here and in every enclosing ledger, after
+  /// charge() (whose bytes the budgets keep until discharge()), remembers it for the leak report
+  /// (tag, file, line: strings that outlive it) and, for an allocation an object owns
+  /// (holds_ref), holds the ledger for it; returns its record. Memory freed by pointer
+  /// (session::allocate, the adaptors) holds none: only the session and the adaptors, which hold
+  /// their own references, can free it, so that memory of theirs never freed does not keep the
+  /// ledger alive. The stream is noted here only: a nested session synchronizes its own streams,
+  /// and passes them on to its parent when allocations outlive it (passed_on). Throws
+  /// std::bad_alloc, changing nothing (rarely: a thread's first allocation here, or its records
+  /// growing).
+  ledger_record* enter(const void* ptr, std::size_t bytes, cudaStream_t stream, const char* tag,
+                       const char* file, unsigned line, bool holds_ref = true) {
+    return enter_prepared(prepare(), ptr, bytes, stream, tag, file, line, holds_ref);
+  }
 
-  /// Counts the allocation of bytes at ptr on stream here and in every enclosing ledger (its
-  /// bytes too, unless charge() took them: charged), remembers it for the leak report (tag, file,
-  /// line: strings that outlive it) and, for an allocation an object owns (holds_ref), takes a
-  /// reference for it; returns its slot. Memory freed by pointer (session::allocate, the
-  /// adaptors) takes none: only the session and the adaptors, which hold their own references,
-  /// can free it, so that memory of theirs never freed does not keep the ledger alive. The stream
-  /// is noted here only: a nested session synchronizes its own streams, and passes them on to its
-  /// parent when allocations outlive it (passed_on). Throws std::bad_alloc, changing nothing
-  /// (rarely: the slots grow by doubling).
-  std::uint32_t enter(const void* ptr, std::size_t bytes, cudaStream_t stream, const char* tag,
-                      const char* file, unsigned line, bool charged, bool holds_ref = true) {
+  /// What enter() needs that may fail, taken before the allocation is made: the calling thread's
+  /// stripes here and in every enclosing ledger, and a free record; returns the stripe that
+  /// enter_prepared() is then given. Throws std::bad_alloc, changing nothing.
+  CUSCOPE_DETAIL_HOT_INLINE ledger_record& prepare() {
+    ledger_stripe& s = my_stripe();
+    for (ledger* l = parent_; l != nullptr; l = l->parent_)
+      (void)l->my_stripe();
+    s.reserve();
+    return s.take();  // out of the free list: an allocation before enter_prepared() cannot take it
+  }
+
+  /// Gives back what prepare() took, when the allocation was not made (same thread).
+  static void unprepare(ledger_record& r) noexcept { r.stripe->put(r); }
+
+  /// enter() after prepare() returned s, on the same thread; does not throw.
+  CUSCOPE_DETAIL_HOT_INLINE ledger_record* enter_prepared(ledger_record& r, const void* ptr,
+                                                          std::size_t bytes, cudaStream_t stream,
+                                                          const char* tag, const char* file,
+                                                          unsigned line,
+                                                          bool holds_ref = true) noexcept {
     if (stream != stream_) note_stream(stream);
-    std::uint32_t slot = no_slot;
-    {
-      const std::lock_guard<spin_lock> lock(lock_);
-      slot = free_slot_;
-      if (slot == no_slot) slot = grow();
-      free_slot_ = records_[slot].line;
-      records_[slot] = allocation_record{ptr, bytes, stream, tag, file, line, holds_ref};
-      refs_ += holds_ref;
-      ++count_;
-      ++allocations_;
-      if (!charged) add_bytes(bytes);
+    ledger_stripe& s = *r.stripe;
+    r.begin_write();
+    r.ptr.store(ptr, std::memory_order_relaxed);
+    r.bytes.store(bytes, std::memory_order_relaxed);
+    r.stream.store(stream, std::memory_order_relaxed);
+    r.tag.store(tag, std::memory_order_relaxed);
+    r.file.store(file, std::memory_order_relaxed);
+    r.line.store(line, std::memory_order_relaxed);
+    r.holds_ref.store(holds_ref, std::memory_order_relaxed);
+    r.by_pointer.store(!holds_ref, std::memory_order_relaxed);
+    r.owner_gen = s.owner_gen;
+    r.end_write();
+    const bool ended = begin_op(s);
+    ledger_stripe::add(s.made);
+    add_bytes(s, bytes);
+    if (!ended) {
+      ledger_stripe::add(s.count);
+      if (!holds_ref) ledger_stripe::add(s.unowned);
     }
+    end_op(s);
+    // After the session's end (allocate_like on one of its buffers), the allocation holds its own
+    // reference; the ledger is alive, held by the buffer this one is like.
+    if (ended) late(1, holds_ref);
     for (ledger* l = parent_; l != nullptr; l = l->parent_) {
-      const std::lock_guard<spin_lock> lock(l->lock_);
-      ++l->count_;
-      ++l->allocations_;
-      if (!charged) l->add_bytes(bytes);
+      ledger_stripe& p = *l->cached_stripe();  // made by prepare()
+      ledger_stripe::add(p.made);
+      ledger_stripe::add(p.nested_count);
+      add_bytes(p, bytes);
     }
-    return slot;
+    return &r;
   }
 
-  /// Reverses charge() and enter() for the allocation in slot, and drops its reference if it holds
-  /// one. freed:
-  /// whether the memory was freed (counted in frees()), rather than released to the caller.
-  void discharge(std::size_t bytes, std::uint32_t slot, bool freed = true) noexcept {
+  /// Reverses charge() and enter() for the allocation of r (nullptr: nothing, an allocation that
+  /// was never counted), and drops its reference if it holds one. freed: whether the memory was
+  /// freed (counted in frees()), rather than released to the caller.
+  CUSCOPE_DETAIL_HOT_INLINE void discharge(std::size_t bytes, ledger_record* r,
+                                           bool freed = true) noexcept {
+    if (r == nullptr) return;
+    const bool ref = r->holds_ref.load(std::memory_order_relaxed);
+    // Its other fields stay as they were: a report reading it meanwhile names it, whole.
+    r->ptr.store(nullptr, std::memory_order_release);
+    ledger_stripe& s = *r->stripe;
+    // This thread's own, and made by it (not by a thread whose stripe it took over, whose counts
+    // in the enclosing ledgers are in other stripes).
+    const bool local = is_mine(s) && r->owner_gen == s.owner_gen;
     for (ledger* l = parent_; l != nullptr; l = l->parent_) {
-      const std::lock_guard<spin_lock> lock(l->lock_);
-      l->bytes_ -= bytes;
-      --l->count_;
-      l->frees_ += freed;
-    }
-    bool last = false;
-    {
-      const std::lock_guard<spin_lock> lock(lock_);
-      bool ref = false;
-      if (slot != no_slot) {
-        ref = records_[slot].holds_ref;
-        records_[slot].ptr = nullptr;
-        records_[slot].line = free_slot_;
-        free_slot_ = slot;
+      ledger_stripe* const p = local ? l->cached_stripe() : nullptr;
+      if (p != nullptr) {
+        ledger_stripe::sub(p->bytes, bytes);
+        ledger_stripe::sub(p->nested_count);
+      } else {
+        l->remote_bytes_.fetch_add(bytes, std::memory_order_release);
+        l->remote_nested_count_.fetch_add(1, std::memory_order_release);
       }
-      bytes_ -= bytes;
-      --count_;
-      frees_ += freed;
-      last = ref && --refs_ == 0;
+      if (!freed) l->released_.fetch_add(1, std::memory_order_relaxed);
     }
-    if (last) destroy();
+    if (budgeted_) uncharge(bytes);
+    if (!freed) released_.fetch_add(1, std::memory_order_relaxed);
+    bool ended = false;
+    if (local) {
+      ended = begin_op(s);
+      ledger_stripe::sub(s.bytes, bytes);
+      if (!ended) {
+        ledger_stripe::sub(s.count);
+        if (!ref) ledger_stripe::sub(s.unowned);
+      }
+      s.put(*r);
+      end_op(s);
+    } else {
+      ended = begin_remote();
+      remote_bytes_.fetch_add(bytes, std::memory_order_release);
+      if (!ended) {
+        remote_count_.fetch_add(1, std::memory_order_release);
+        if (!ref) remote_unowned_.fetch_add(1, std::memory_order_release);
+      }
+      s.put_remote(*r);
+      end_remote();
+    }
+    if (ended) late(~std::size_t{0}, ref);  // last: it may delete this
   }
-
-  /// Reverses charge() and enter() for the allocation at ptr (for adaptors, which free by
-  /// pointer), and drops its reference.
-  void discharge(const void* ptr, std::size_t bytes) noexcept { discharge(bytes, find(ptr)); }
 
   /// An allocation charged here is now freed on stream (device_allocation::set_stream).
-  void moved_to(cudaStream_t stream, std::uint32_t slot) noexcept {
+  void moved_to(cudaStream_t stream, ledger_record* r) noexcept {
     for (ledger* l = this; l != nullptr; l = l->parent_)
       if (stream != l->stream_) l->note_stream(stream);
-    if (slot == no_slot) return;
-    const std::lock_guard<spin_lock> lock(lock_);
-    records_[slot].stream = stream;
+    if (r == nullptr) return;
+    r->begin_write();
+    r->stream.store(stream, std::memory_order_relaxed);
+    r->end_write();
   }
 
-  /// The slot of the live allocation at ptr; no_slot when none.
-  std::uint32_t find(const void* ptr) noexcept {
-    if (ptr == nullptr) return no_slot;
-    const std::lock_guard<spin_lock> lock(lock_);
-    for (std::size_t i = records_.size(); i-- != 0;)
-      if (records_[i].ptr == ptr) return static_cast<std::uint32_t>(i);
-    return no_slot;
+  /// The record of the live allocation at ptr that is freed by pointer, taken: its ptr set to
+  /// nullptr, so that no other free by pointer takes it. Call it before the memory goes back to
+  /// the pool (after that, another thread's allocation may get the address), and store ptr back
+  /// into the record when the free fails; nullptr when there is none.
+  ledger_record* find(const void* ptr) noexcept {
+    if (ptr == nullptr) return nullptr;
+    for (ledger_stripe* s = stripes_.load(std::memory_order_acquire); s != nullptr; s = s->next) {
+      const std::uint32_t n = s->published.load(std::memory_order_acquire);
+      for (std::uint32_t i = 0; i < n; ++i) {
+        ledger_record& r = s->record(i);
+        // An allocation freed through its record may still show ptr after its memory went back
+        // to the pool: only records freed by pointer are looked at.
+        const void* expected = ptr;
+        if (r.by_pointer.load(std::memory_order_relaxed) &&
+            r.ptr.load(std::memory_order_relaxed) == ptr &&
+            r.ptr.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel))
+          return &r;
+      }
+    }
+    return nullptr;
   }
 
   /// The live allocations charged here and to every ledger under this one.
   void live_records(std::vector<named_record>& out) {
     const std::lock_guard<std::mutex> subs_lock(mutex_);
-    {
-      const std::lock_guard<spin_lock> lock(lock_);
-      for (const allocation_record& r : records_)
-        if (r.ptr != nullptr) out.push_back(named_record{r, name_});
+    for (ledger_stripe* s = stripes_.load(std::memory_order_acquire); s != nullptr; s = s->next) {
+      const std::uint32_t n = s->published.load(std::memory_order_acquire);
+      for (std::uint32_t i = 0; i < n; ++i) {
+        allocation_record a;
+        if (s->record(i).read(a)) out.push_back(named_record{a, name_});
+      }
     }
     for (ledger* sub : subs_)
       sub->live_records(out);
@@ -360,37 +832,59 @@ class ledger {
     return observed_reserved_.load(std::memory_order_relaxed);
   }
 
-  /// Drops the allocation's reference but leaves it counted and recorded: its free failed, the
-  /// memory is still allocated, and the session reports it as a leak.
-  void abandon() noexcept { release(); }
+  /// Drops the reference of the allocation of r but leaves it counted and recorded: its free
+  /// failed, the memory is still allocated, and the session reports it as a leak.
+  void abandon(ledger_record* r) noexcept {
+    if (r == nullptr || !r->holds_ref.exchange(false, std::memory_order_relaxed)) return;
+    const bool ended = begin_remote();
+    if (!ended) dropped_.fetch_add(1, std::memory_order_release);
+    end_remote();
+    if (ended) release();
+  }
 
+  // The totals. The shared counts are read first: a free counted there was made, and counted in
+  // a stripe, before it.
   std::size_t live_bytes() const noexcept {
-    const std::lock_guard<spin_lock> lock(lock_);
-    return bytes_;
+    const std::size_t remote = remote_bytes_.load(std::memory_order_acquire);
+    return sum(&ledger_stripe::bytes) - remote;
   }
   std::size_t live_allocations() const noexcept {
-    const std::lock_guard<spin_lock> lock(lock_);
-    return count_;
+    const std::size_t remote = remote_count_.load(std::memory_order_acquire) +
+                               remote_nested_count_.load(std::memory_order_acquire);
+    const std::size_t late = late_count_.load(std::memory_order_acquire);
+    return sum(&ledger_stripe::count) + sum(&ledger_stripe::nested_count) - remote + late;
   }
+  /// The most bytes live at once. With a budget here or above, the most charged at once (bytes
+  /// taken before the allocation is made count from then); otherwise exact when one thread made
+  /// and freed every allocation, and the sum of each thread's own most (an upper bound) when
+  /// several did: peak_exact() tells which.
   std::size_t peak_bytes() const noexcept {
-    const std::lock_guard<spin_lock> lock(lock_);
-    return peak_;
+    if (budgeted_) return charged_peak_.load(std::memory_order_relaxed);
+    return sum(&ledger_stripe::peak);
+  }
+  bool peak_exact() const noexcept {
+    if (budgeted_) return true;
+    if (remote_bytes_.load(std::memory_order_acquire) != 0) return false;
+    const ledger_stripe* s = stripes_.load(std::memory_order_acquire);
+    return s == nullptr || s->next == nullptr;
   }
   /// Allocations counted here (and in the ledgers under this one) since it began.
-  std::size_t allocations() const noexcept {
-    const std::lock_guard<spin_lock> lock(lock_);
-    return allocations_;
-  }
+  std::size_t allocations() const noexcept { return sum(&ledger_stripe::made); }
   /// Of them, those freed (not released to their caller, not still live).
-  std::size_t frees() const noexcept {
-    const std::lock_guard<spin_lock> lock(lock_);
-    return frees_;
+  std::size_t frees() const noexcept { return frees(live_allocations()); }
+  /// The same, given live_allocations() as read before, so that frees, live and allocations add
+  /// up in one report while other threads free.
+  std::size_t frees(std::size_t live) const noexcept {
+    const std::size_t released = released_.load(std::memory_order_acquire);
+    return allocations() - live - released;
   }
   std::size_t budget_refusals() const noexcept {
     return budget_refusals_.load(std::memory_order_relaxed);
   }
+  /// Refusals by the pool (out_of_memory from CUDA, after any retry), which the pool counts in
+  /// the allocations' record_target (recording()).
   std::size_t pool_refusals() const noexcept {
-    return pool_refusals_.load(std::memory_order_relaxed);
+    return tally_.refusals.load(std::memory_order_relaxed);
   }
   std::size_t retries() const noexcept { return tally_.retries.load(std::memory_order_relaxed); }
   std::size_t budget_bytes() const noexcept { return budget_; }
@@ -400,8 +894,118 @@ class ledger {
  private:
   // Every sub left is a retired one (an open one holds a reference to this ledger).
   ~ledger() {
+    live_ledgers().fetch_sub(1, std::memory_order_relaxed);
     for (ledger* sub : subs_)
       delete sub;
+    for (ledger_stripe* s = stripes_.load(std::memory_order_relaxed); s != nullptr;) {
+      ledger_stripe* const next = s->next;
+      delete s;
+      s = next;
+    }
+  }
+
+  // Added to the references while end() counts the allocations' (more than could ever be).
+  static constexpr std::size_t end_bias = std::size_t{1} << 62;
+
+  // The calling thread's stripe, made on its first allocation here; throws std::bad_alloc.
+  ledger_stripe& my_stripe() {
+    const stripe_cache_entry& e = this_thread_stripes()[id_ % stripe_cache_size];
+    if (e.ledger == id_ && e.source == id_source_) return *e.stripe;
+    return *find_stripe(true);
+  }
+
+  // The calling thread's stripe if it has one; nullptr otherwise.
+  ledger_stripe* cached_stripe() noexcept {
+    const stripe_cache_entry& e = this_thread_stripes()[id_ % stripe_cache_size];
+    if (e.ledger == id_ && e.source == id_source_) return e.stripe;
+    return find_stripe(false);
+  }
+
+  // Whether s is the calling thread's.
+  bool is_mine(const ledger_stripe& s) noexcept {
+    const stripe_cache_entry& e = this_thread_stripes()[id_ % stripe_cache_size];
+    if (e.ledger == id_ && e.source == id_source_) return e.stripe == &s;
+    return s.owned_by(this_thread_identity());
+  }
+
+  // The calling thread's stripe, into its cache; when it has none, made (make: throws
+  // std::bad_alloc) or nullptr.
+  CUSCOPE_DETAIL_NOINLINE ledger_stripe* find_stripe(bool make) {
+    const thread_identity& me = this_thread_identity();
+    ledger_stripe* s = stripes_.load(std::memory_order_acquire);
+    while (s != nullptr && !s->owned_by(me))
+      s = s->next;
+    if (s == nullptr) {
+      if (!make) return nullptr;
+      thread_token* const token = this_thread_token();
+      const std::lock_guard<std::mutex> lock(mutex_);
+      // A stripe whose thread has exited passes to this one: its counts and records stay (they
+      // are the ledger's), and only this thread writes them from now on.
+      for (s = stripes_.load(std::memory_order_relaxed); s != nullptr; s = s->next)
+        if (s->token != nullptr && !s->token->alive.load(std::memory_order_acquire)) break;
+      if (s != nullptr) {
+        s->own(me, token);
+      } else {
+        s = new ledger_stripe(me, token);
+        s->next = stripes_.load(std::memory_order_relaxed);
+        stripes_.store(s, std::memory_order_release);
+      }
+    }
+    this_thread_stripes()[id_ % stripe_cache_size] = stripe_cache_entry{id_, id_source_, s};
+    return s;
+  }
+
+  // The calling thread begins counting in its stripe s; returns whether the session has ended
+  // (see end()). Once it has, its allocations are counted in late_count_ instead, and hold
+  // references of their own.
+  bool begin_op(ledger_stripe& s) noexcept {
+    if (asymmetric_) {
+      s.in_op.store(1, std::memory_order_relaxed);
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      return ended_.load(std::memory_order_acquire);
+    }
+    s.in_op.store(1, std::memory_order_seq_cst);
+    return ended_.load(std::memory_order_seq_cst);
+  }
+  static void end_op(ledger_stripe& s) noexcept { s.in_op.store(0, std::memory_order_release); }
+
+  // An allocation (change 1) or its free (change -1) after the session's end; ref: whether it
+  // holds a reference. The free's may delete this.
+  void late(std::size_t change, bool ref) noexcept {
+    late_count_.fetch_add(change, std::memory_order_release);
+    if (!ref) return;
+    if (change == 1)
+      retain();
+    else
+      release();
+  }
+
+  // The same for a free on another thread than its allocation's.
+  bool begin_remote() noexcept {
+    remote_ops_.fetch_add(1, std::memory_order_seq_cst);
+    return ended_.load(std::memory_order_seq_cst);
+  }
+  void end_remote() noexcept { remote_ops_.fetch_sub(1, std::memory_order_release); }
+
+  static void add_bytes(ledger_stripe& s, std::size_t bytes) noexcept {
+    const std::size_t live = s.bytes.load(std::memory_order_relaxed) + bytes;
+    s.bytes.store(live, std::memory_order_relaxed);
+    if (live > s.peak.load(std::memory_order_relaxed))
+      s.peak.store(live, std::memory_order_relaxed);
+  }
+
+  // Gives bytes charge() took back to every budget that took them.
+  void uncharge(std::size_t bytes) noexcept {
+    for (ledger* l = this; l != nullptr && l->budgeted_; l = l->parent_)
+      l->charged_.fetch_sub(bytes, std::memory_order_relaxed);
+  }
+
+  std::size_t sum(const std::atomic<std::size_t> ledger_stripe::*field) const noexcept {
+    std::size_t total = 0;
+    for (const ledger_stripe* s = stripes_.load(std::memory_order_acquire); s != nullptr;
+         s = s->next)
+      total += (s->*field).load(std::memory_order_relaxed);
+    return total;
   }
 
   void add_sub(ledger* sub) {
@@ -436,32 +1040,13 @@ class ledger {
     }
   }
 
-  // Under lock_.
-  void add_bytes(std::size_t bytes) noexcept {
-    bytes_ += bytes;
-    if (bytes_ > peak_) peak_ = bytes_;
-  }
-
-  // Under lock_: a new free slot, the last; throws std::bad_alloc.
-  CUSCOPE_DETAIL_NOINLINE std::uint32_t grow() {
-    const auto slot = static_cast<std::uint32_t>(records_.size());
-    records_.push_back(allocation_record{nullptr, 0, nullptr, nullptr, nullptr, no_slot, false});
-    return slot;
-  }
-
-  // Takes the lock.
-  void take_back(std::size_t bytes) noexcept {
-    const std::lock_guard<spin_lock> lock(lock_);
-    bytes_ -= bytes;
-  }
-
   // The last reference is gone. A nested ledger that still counts live allocations (memory freed
   // by pointer that its session never freed, or whose free failed, here or in a ledger under it)
   // stays among its parent's subs, retired, so that the parent's leak report still names them; the
   // parent deletes it when it goes itself.
   void destroy() noexcept {
     ledger* const parent = parent_;
-    if (parent == nullptr || count_ == 0) {
+    if (parent == nullptr || live_allocations() == 0) {
       if (parent != nullptr) parent->remove_sub(this);
       delete this;
     }
@@ -477,31 +1062,39 @@ class ledger {
                         cudaSuccess);
   }
 
-  // What an allocation touches first, together.
-  mutable spin_lock lock_;  // refs_, bytes_, count_, peak_, records_ and free_slot_
-  std::uint32_t free_slot_ = no_slot;
+  // Read by every allocation, written only at construction (and record_into, before any).
   ledger* parent_;
   cudaStream_t stream_;
-  std::size_t refs_ = 1;
-  std::size_t bytes_ = 0;
-  std::size_t count_ = 0;
-  std::size_t peak_ = 0;
-  std::size_t allocations_ = 0;
-  std::size_t frees_ = 0;
-  std::vector<allocation_record> records_;
   std::size_t budget_;
-  bool budgeted_;  // a budget here or in an enclosing ledger
+  bool budgeted_;                    // a budget here or in an enclosing ledger
+  bool asymmetric_;                  // asymmetric_fences()
+  const void* id_source_ = nullptr;  // set with id_
+  std::uint64_t id_;
+  record_target recording_;
+  std::atomic<ledger_stripe*> stripes_{nullptr};
+  std::atomic<bool> ended_{false};  // end() was called
   std::atomic<bool> other_streams_{false};
   std::atomic<bool> closed_flag_{false};
   std::string name_;
   std::vector<cudaStream_t> listed_;
+  // Written by frees on another thread than their allocation's, by allocations with a budget,
+  // and by references.
+  alignas(64) std::atomic<std::size_t> refs_{1};
+  std::atomic<std::size_t> remote_ops_{0};           // frees on another thread in progress
+  std::atomic<std::size_t> remote_bytes_{0};         // freed on another thread (any level)
+  std::atomic<std::size_t> remote_count_{0};         // this ledger's allocations, so freed
+  std::atomic<std::size_t> remote_nested_count_{0};  // nested ledgers' allocations, so freed
+  std::atomic<std::size_t> remote_unowned_{0};       // of remote_count_, those freed by pointer
+  std::atomic<std::size_t> released_{0};    // allocations released to their caller, not freed
+  std::atomic<std::size_t> dropped_{0};     // live allocations whose free failed, before the end
+  std::atomic<std::size_t> late_count_{0};  // allocations made less those freed after the end
+  std::atomic<std::size_t> charged_{0};     // with a budget here or above: bytes charged
+  std::atomic<std::size_t> charged_peak_{0};
   std::atomic<std::size_t> observed_used_{0};
   std::atomic<std::size_t> observed_reserved_{0};
-  record_target recording_;
   alloc_tally tally_;
   std::atomic<std::size_t> budget_refusals_{0};
-  std::atomic<std::size_t> pool_refusals_{0};
-  std::mutex mutex_;  // children_, subs_, opened_ and closed_
+  std::mutex mutex_;  // children_, subs_, opened_, closed_ and adding stripes
   std::vector<ledger*> children_;
   std::vector<ledger*> subs_;  // every ledger whose parent this is, open or not
   std::size_t opened_ = 0;

@@ -13,9 +13,7 @@ class session;
 namespace cuscope::detail {
 
 class ledger;
-
-/// The slot of an allocation that no ledger records (ledger::no_slot).
-inline constexpr std::uint32_t no_ledger_slot = 0xFFFFFFFFu;
+struct ledger_record;
 
 /// Enables the overloads that take a session (thrust_policy(session), batches(session, ...)),
 /// declared where session.hpp need not be included.

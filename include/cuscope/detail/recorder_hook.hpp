@@ -166,14 +166,20 @@ struct record_target {
 };
 
 /// A session's count of allocations that its pool retried (alloc_policy::retry_after_trim, an
-/// out-of-memory handler), linked to the count of the session it is nested in.
+/// out-of-memory handler) and of those it refused (out_of_memory from CUDA, after any retry),
+/// linked to the count of the session it is nested in.
 struct alloc_tally {
   std::atomic<std::size_t> retries{0};
+  std::atomic<std::size_t> refusals{0};
   alloc_tally* parent = nullptr;
 
   static void retried(const record_target& target) noexcept {
     for (alloc_tally* t = target.tally; t != nullptr; t = t->parent)
       t->retries.fetch_add(1, std::memory_order_relaxed);
+  }
+  static void refused(const record_target& target) noexcept {
+    for (alloc_tally* t = target.tally; t != nullptr; t = t->parent)
+      t->refusals.fetch_add(1, std::memory_order_relaxed);
   }
 };
 
