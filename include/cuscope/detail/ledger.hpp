@@ -166,14 +166,15 @@ struct ledger_record {
   std::uint32_t owner_gen = 0;          // the stripe's owner_gen when it was made
   ledger_record* next_free = nullptr;   // in a free list
 
-  // Writes by the record's holder (one thread at a time).
-  void begin_write() noexcept {
-    seq.store(seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  // Writes by the record's holder (one thread at a time): begin_write() returns what
+  // end_write() is given.
+  unsigned begin_write() noexcept {
+    const unsigned odd = seq.load(std::memory_order_relaxed) + 1;
+    seq.store(odd, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
+    return odd;
   }
-  void end_write() noexcept {
-    seq.store(seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-  }
+  void end_write(unsigned odd) noexcept { seq.store(odd + 1, std::memory_order_release); }
 
   /// A consistent copy; false when it is not live (or kept being rewritten).
   bool read(allocation_record& out) const noexcept {
@@ -602,7 +603,7 @@ class ledger {
                                                           bool holds_ref = true) noexcept {
     if (stream != stream_) note_stream(stream);
     ledger_stripe& s = *r.stripe;
-    r.begin_write();
+    const unsigned odd = r.begin_write();
     r.ptr.store(ptr, std::memory_order_relaxed);
     r.bytes.store(bytes, std::memory_order_relaxed);
     r.stream.store(stream, std::memory_order_relaxed);
@@ -612,7 +613,7 @@ class ledger {
     r.holds_ref.store(holds_ref, std::memory_order_relaxed);
     r.by_pointer.store(!holds_ref, std::memory_order_relaxed);
     r.owner_gen = s.owner_gen;
-    r.end_write();
+    r.end_write(odd);
     const bool ended = begin_op(s);
     ledger_stripe::add(s.made);
     add_bytes(s, bytes);
@@ -687,9 +688,9 @@ class ledger {
     for (ledger* l = this; l != nullptr; l = l->parent_)
       if (stream != l->stream_) l->note_stream(stream);
     if (r == nullptr) return;
-    r->begin_write();
+    const unsigned odd = r->begin_write();
     r->stream.store(stream, std::memory_order_relaxed);
-    r->end_write();
+    r->end_write(odd);
   }
 
   /// The record of the live allocation at ptr that is freed by pointer, taken: its ptr set to
