@@ -582,8 +582,10 @@ class ledger {
   }
 
   /// What enter() needs that may fail, taken before the allocation is made: the calling thread's
-  /// stripes here and in every enclosing ledger, and a free record; returns the stripe that
-  /// enter_prepared() is then given. Throws std::bad_alloc, changing nothing.
+  /// stripes here and in every enclosing ledger, and a record out of its free list (so that an
+  /// allocation in between, an out-of-memory handler's, cannot take it); returns the record that
+  /// enter_prepared() is then given, or unprepare() when the allocation is not made. Throws
+  /// std::bad_alloc, changing nothing.
   CUSCOPE_DETAIL_HOT_INLINE ledger_record& prepare() {
     ledger_stripe& s = my_stripe();
     for (ledger* l = parent_; l != nullptr; l = l->parent_)
@@ -595,7 +597,7 @@ class ledger {
   /// Gives back what prepare() took, when the allocation was not made (same thread).
   static void unprepare(ledger_record& r) noexcept { r.stripe->put(r); }
 
-  /// enter() after prepare() returned s, on the same thread; does not throw.
+  /// enter() after prepare() returned r, on the same thread; does not throw.
   CUSCOPE_DETAIL_HOT_INLINE ledger_record* enter_prepared(ledger_record& r, const void* ptr,
                                                           std::size_t bytes, cudaStream_t stream,
                                                           const char* tag, const char* file,
