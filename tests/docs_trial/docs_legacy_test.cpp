@@ -7,6 +7,7 @@
 #define THRUST_DEVICE_SYSTEM THRUST_DEVICE_SYSTEM_CPP
 
 #include <cuscope/cuscope.hpp>
+#include <cuscope/memory_resource.hpp>
 #include <cuscope/thrust.hpp>
 
 #include <thrust/device_vector.h>
@@ -16,6 +17,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "test_support.hpp"
@@ -175,4 +178,95 @@ TEST_CASE("legacy code: Thrust storage from a session with a plain C++ compiler"
   CHECK(r.budget_refusals == 1);
   CHECK(r.tracked_peak_bytes == (std::size_t{5} << 20));
   CHECK(r.reserved_at_exit_bytes == r.reserved_at_entry_bytes);
+}
+
+namespace {
+
+std::vector<std::string> cleanup_reports;
+
+void collect(const cuscope::cleanup_error& e) noexcept {
+  cleanup_reports.push_back(std::string(e.operation) + " for " + e.object + ": " + e.message);
+}
+
+}  // namespace
+
+TEST_CASE("legacy code: a buffer that outlives its stream, or its pool", "[docs][interop]") {
+  cuscope::test::device_guard device;
+  cleanup_reports.clear();
+  cuscope::scoped_cleanup_handler handler(&collect);
+  cuscope::memory_pool pool;
+  cudaStream_t raw = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking) == cudaSuccess);
+  std::optional<cuscope::device_buffer<float>> b(std::in_place, raw, 1024, pool);
+  float* const p = b->data();
+  REQUIRE(cudaStreamDestroy(raw) == cudaSuccess);  // misuse: the stream goes first
+  b.reset();                                       // its free fails, and is reported
+  REQUIRE(cleanup_reports.size() == 1);
+  CHECK_THAT(cleanup_reports[0], cuscope::test::contains("cudaFreeAsync"));
+  // Still allocated: the program frees it on another stream (on a GPU it would be a leak).
+  cuscope::stream other;
+  pool.deallocate(other, p, 1024 * sizeof(float));
+  other.synchronize();
+
+  // A pool destroyed first is allowed: CUDA releases it after its last allocation is freed.
+  cleanup_reports.clear();
+  std::optional<cuscope::memory_pool> gone(std::in_place);
+  cuscope::device_buffer<float> last(other, 1024, *gone);
+  gone.reset();
+  last = cuscope::device_buffer<float>();
+  other.synchronize();
+  CHECK(cleanup_reports.empty());
+}
+
+TEST_CASE("legacy code: a session's cuda::mr resource", "[docs][interop][session]") {
+  cuscope::test::device_guard device;
+  legacy_state legacy;
+  cuscope::memory_pool_ref pool(legacy.pool, 0);
+  cuscope::session_options o;
+  o.name = "mr step";
+  o.budget_bytes = MiB;
+  cuscope::session step(pool, legacy.compute, o);
+  {
+    cuscope::pool_resource res(step);
+    void* p = res.allocate_sync(4096, 256);
+    CHECK_THROWS_AS(res.allocate_sync(2 * MiB, 256), cuscope::out_of_memory);  // the budget
+    CHECK_THROWS_AS(res.allocate_sync(4096, 512), std::invalid_argument);      // alignment
+    res.deallocate_sync(p, 4096, 256);
+  }
+  const cuscope::session_report& r = step.finish();
+  INFO(r.to_string());
+  CHECK(r.allocations == 1);
+  CHECK(r.frees == 1);
+  CHECK(r.budget_refusals == 1);
+  CHECK_FALSE(r.leaked());
+}
+
+TEST_CASE("legacy code: a pool, stream and session on a second device", "[docs][interop]") {
+  cuscope::test::device_setup two;
+  two.device_count = 2;
+  cuscope::test::device_guard device(two);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  const auto current = [] {
+    int d = -1;
+    REQUIRE(cudaGetDevice(&d) == cudaSuccess);
+    return d;
+  };
+  cuscope::pool_options po;
+  po.device = 1;
+  cuscope::memory_pool pool(po);
+  CHECK(current() == 0);
+  cuscope::stream_options so;
+  so.device = 1;
+  cuscope::stream s(so);
+  CHECK(current() == 0);
+  {
+    cuscope::session epoch(pool, s, "on device 1");
+    CHECK(current() == 0);
+    { auto b = epoch.make_buffer<float>(40 * MiB / sizeof(float)); }
+    const cuscope::session_report& r = epoch.finish();
+    CHECK(r.device == 1);
+    CHECK(r.returned_bytes > 0);
+    CHECK_FALSE(r.leaked());
+  }
+  CHECK(current() == 0);
 }

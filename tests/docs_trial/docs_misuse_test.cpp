@@ -140,6 +140,14 @@ TEST_CASE("memory on a stream the session was not given", "[docs][misuse][sessio
   const cuscope::session_report& r = step.finish();
   CHECK(r.synchronized_device);
   CHECK_FALSE(r.leaked());
+
+  // Listed, it is synchronized alone.
+  cuscope::session_options o;
+  o.name = "listed";
+  o.streams = {other};
+  cuscope::session listed(pool, s, o);
+  { auto x = listed.make_buffer<float>(other, 1024); }
+  CHECK_FALSE(listed.finish().synchronized_device);
 }
 
 TEST_CASE("a device id below -1", "[docs][misuse]") {

@@ -7,6 +7,7 @@
 #include <cuscope/json_line_sink.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <string>
 #include <thread>
@@ -113,6 +114,22 @@ std::vector<std::vector<outcome>> serve(cuscope::session& service, int workers, 
   return results;
 }
 
+// The program's out-of-memory handler: here it has no cache of its own to drop, so it counts the
+// refusals and lets them fail.
+struct refusals {
+  std::atomic<std::size_t> count{0};
+  std::atomic<std::size_t> bytes{0};
+};
+
+bool count_refusal(const cuscope::out_of_memory_info& info) noexcept {
+  auto* r = static_cast<refusals*>(info.user);
+  if (info.attempt == 1) {
+    r->count.fetch_add(1);
+    r->bytes.fetch_add(info.bytes);
+  }
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("inference service: 8 threads, one pool, a session per request with its own budget",
@@ -131,12 +148,15 @@ TEST_CASE("inference service: 8 threads, one pool, a session per request with it
   so.name = "service";
   so.report_to = &sink;
   cuscope::session service(pool, service_stream, so);
+  refusals refused;
+  cuscope::scoped_out_of_memory_handler handler(&count_refusal, &refused);
 
   constexpr int workers = 8;
   constexpr int per_worker = 50;
   const auto results = serve(service, workers, per_worker);
 
-  std::size_t allocations = 0, over_budget = 0, over_pool = 0, concurrent = 0, deferred = 0;
+  std::size_t allocations = 0, over_budget = 0, over_pool = 0, concurrent = 0, deferred = 0,
+              largest_peak = 0;
   for (const auto& worker : results) {
     REQUIRE(worker.size() == std::size_t(per_worker));
     for (const auto& out : worker) {
@@ -154,6 +174,7 @@ TEST_CASE("inference service: 8 threads, one pool, a session per request with it
       // can miss its own: the cases "a refused allocation is not part of a session's peak" and
       // "an idle service holds what it held before the burst" below.)
       if (out.q.what != kind::over_pool) CHECK(r.tracked_peak_bytes == out.peak);
+      if (out.q.what != kind::over_pool) largest_peak = std::max(largest_peak, out.peak);
       CHECK_FALSE(r.tracked_peak_upper_bound);
       CHECK(r.tracked_peak_bytes <= out.q.budget);
       concurrent += r.concurrent ? 1 : 0;
@@ -183,12 +204,15 @@ TEST_CASE("inference service: 8 threads, one pool, a session per request with it
           CHECK_THAT(out.message, contains("pool 'inference'"));
           CHECK(r.budget_refusals == 0);
           CHECK(r.pool_refusals == 1);
+          CHECK_THAT(r.to_string(), contains("refused: 0 by a budget, 1 by the pool"));
           break;
       }
     }
   }
   CHECK(over_budget == workers * per_worker / 10);
   CHECK(over_pool == workers * per_worker / 10);
+  CHECK(refused.count == over_pool);  // the handler saw each pool refusal, not the budgets'
+  CHECK(refused.bytes == over_pool * (std::size_t{1} << 30));
   CHECK(concurrent > 0);  // the requests did overlap
   CHECK(deferred > 0);    // and left the trim to the last one open
   CHECK(pool.stats().used_bytes == 0);
@@ -203,6 +227,10 @@ TEST_CASE("inference service: 8 threads, one pool, a session per request with it
   CHECK(total.budget_refusals == over_budget);
   CHECK(total.pool_refusals == over_pool);
   CHECK(total.reserved_at_exit_bytes == total.reserved_at_entry_bytes);
+  // No budget, and 8 threads allocated through it: the sum of the threads' peaks, so it says so.
+  CHECK(total.tracked_peak_upper_bound);
+  CHECK(total.tracked_peak_bytes >= largest_peak);
+  CHECK_THAT(total.to_string(), contains("at most"));
   CHECK(pool.stats().used_bytes == 0);
 
   // One JSON line per request and one for the service, each valid and leak-free.

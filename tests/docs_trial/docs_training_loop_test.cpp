@@ -6,6 +6,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <stdlib.h>  // setenv
+
 #include <cstddef>
 #include <numeric>
 #include <string>
@@ -24,10 +26,17 @@ TEST_CASE("training loop: a session per epoch over batches staged from host data
           "[docs][session][batch]") {
   cuscope::test::device_guard device;
 
-  cuscope::pool_options po;
-  po.name = "training";
-  po.max_bytes = 256 * MiB;
-  po.release_threshold_bytes = 64 * MiB;  // keeps its cache across synchronizations
+  // The limit as a fraction of the device's memory, from the environment where the operator set
+  // it; the release threshold keeps the cache across synchronizations.
+  cuscope::pool_options defaults;
+  defaults.max_bytes = 128 * MiB;
+  defaults.release_threshold_bytes = 64 * MiB;
+  REQUIRE(::setenv("CUSCOPE_TRAINING_MAX_BYTES", "6.25%", 1) == 0);
+  const cuscope::pool_options po = cuscope::pool_options::from_env("training", defaults);
+  REQUIRE(::unsetenv("CUSCOPE_TRAINING_MAX_BYTES") == 0);
+  CHECK(po.max_bytes == 256 * MiB);  // of the simulated device's 4 GiB
+  CHECK(po.name == "training");
+  CHECK_THAT(po.origin, cuscope::test::contains("CUSCOPE_TRAINING_MAX_BYTES"));
   cuscope::memory_pool pool(po);
   cuscope::stream stream;
   CHECK(pool.release_threshold() == 64 * MiB);
@@ -94,6 +103,12 @@ TEST_CASE("training loop: a session per epoch over batches staged from host data
     CHECK(pool.stats().reserved_bytes == 0);
     CHECK(pool.stats().used_bytes == 0);
   }
+
+  // Outside a session, the cache stays until emptied.
+  { cuscope::device_buffer<float> eval(stream, MiB, pool); }
+  CHECK(pool.stats().reserved_bytes > 0);
+  CHECK(cuscope::empty_cache(pool) > 0);
+  CHECK(pool.stats().reserved_bytes == 0);
 }
 
 TEST_CASE("training loop: a budget too small for the batch halves it", "[docs][session][batch]") {
