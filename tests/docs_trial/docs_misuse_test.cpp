@@ -65,15 +65,21 @@ TEST_CASE("destroying a session before the one nested in it", "[docs][misuse][se
   cuscope::stream s;
   cleanup_reports.clear();
   cuscope::scoped_cleanup_handler handler(&collect);
-  std::optional<cuscope::session> parent(std::in_place, pool, s, "parent");
+  cuscope::session_options o;
+  o.name = "parent";
+  o.budget_bytes = MiB;
+  std::optional<cuscope::session> parent(std::in_place, pool, s, o);
   cuscope::session child(*parent, "child");
   parent.reset();
   REQUIRE(cleanup_reports.size() == 1);
   CHECK_THAT(cleanup_reports[0], contains("'parent'"));
   CHECK_THAT(cleanup_reports[0], contains("'child'"));
-  // The nested one goes on without touching it.
+  // The nested one goes on without touching it, still under the parent's budget.
   { auto x = child.make_buffer<int>(16); }
-  CHECK_FALSE(child.finish().leaked());
+  CHECK_THROWS_AS(child.make_buffer<std::byte>(2 * MiB), cuscope::out_of_memory);
+  const cuscope::session_report& r = child.finish();
+  CHECK_FALSE(r.leaked());
+  CHECK(r.budget_refusals == 1);
 }
 
 TEST_CASE("nesting a session in a finished one", "[docs][misuse][session]") {

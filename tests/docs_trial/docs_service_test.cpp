@@ -325,3 +325,48 @@ TEST_CASE("an idle service holds what it held before the burst",
   }
   CHECK_FALSE(service.finish().leaked());
 }
+
+TEST_CASE("the service session itself, shared by threads that free each other's buffers",
+          "[docs][session][service][concurrency]") {
+  cuscope::test::device_guard device;
+  cuscope::memory_pool pool;
+  cuscope::stream s;
+  cuscope::session_options so;
+  so.name = "shared";
+  so.budget_bytes = 64 * MiB;
+  cuscope::session shared(pool, s, so);
+
+  // Each thread makes buffers on the shared session and keeps every other one, which another
+  // thread frees.
+  constexpr int workers = 8;
+  constexpr int per_worker = 200;
+  std::vector<std::vector<cuscope::device_buffer<std::byte>>> kept(workers);
+  {
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w) {
+      threads.emplace_back([&, w] {
+        for (int i = 0; i < per_worker; ++i) {
+          auto b = shared.make_buffer<std::byte>(std::size_t(1 + i % 7) * 4 * KiB, "shared");
+          if (i % 2 == 0) kept[std::size_t(w)].push_back(std::move(b));
+        }
+      });
+    }
+    for (auto& t : threads)
+      t.join();
+  }
+  {
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w)
+      threads.emplace_back([&, w] { kept[std::size_t((w + 1) % workers)].clear(); });
+    for (auto& t : threads)
+      t.join();
+  }
+  const cuscope::session_report& r = shared.finish();
+  INFO(r.to_string());
+  CHECK(r.allocations == std::size_t(workers * per_worker));
+  CHECK(r.frees == r.allocations);
+  CHECK_FALSE(r.leaked());
+  CHECK(r.tracked_peak_bytes <= so.budget_bytes);
+  CHECK_FALSE(r.tracked_peak_upper_bound);  // a budget counts exactly
+  CHECK(pool.stats().used_bytes == 0);
+}
