@@ -14,12 +14,20 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "test_support.hpp"
 
 using cuscope::test::contains;
 using cuscope::test::device_guard;
+
+// Misuses that do not compile (docs/concepts.md, "Streams" and "Buffers").
+static_assert(!std::is_constructible_v<cuscope::stream_ref, int>, "a literal 0 is refused");
+static_assert(!std::is_constructible_v<cuscope::stream_ref, std::nullptr_t>);
+static_assert(!std::is_copy_constructible_v<cuscope::device_buffer<float>>);
+static_assert(!std::is_copy_constructible_v<cuscope::memory_pool>);
+static_assert(!std::is_copy_constructible_v<cuscope::session>);
 
 namespace {
 
