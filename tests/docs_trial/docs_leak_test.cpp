@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -77,6 +78,69 @@ TEST_CASE("a leaked tagged buffer is named in to_string() and to_json()", "[docs
   CHECK(cuscope::test::json_field(json, "tag") == "kv cache");
   CHECK_THAT(cuscope::test::json_field(json, "file"), contains(file_name(__FILE__)));
   CHECK(cuscope::test::json_field(json, "line") == std::to_string(line));
+  // Every field concepts.md lists, and no other.
+  const std::set<std::string> documented = {"version",
+                                            "name",
+                                            "device",
+                                            "seconds",
+                                            "reserved_at_entry_bytes",
+                                            "reserved_at_finish_bytes",
+                                            "reserved_at_exit_bytes",
+                                            "used_at_entry_bytes",
+                                            "used_at_exit_bytes",
+                                            "peak_used_bytes",
+                                            "peak_reserved_bytes",
+                                            "returned_bytes",
+                                            "driver_free_at_entry_bytes",
+                                            "driver_free_at_exit_bytes",
+                                            "driver_total_bytes",
+                                            "tracked_peak_bytes",
+                                            "tracked_peak_upper_bound",
+                                            "leaked_allocations",
+                                            "leaked_bytes",
+                                            "allocations",
+                                            "frees",
+                                            "budget_refusals",
+                                            "pool_refusals",
+                                            "retries",
+                                            "untracked_bytes",
+                                            "untracked_leak",
+                                            "graph_used_bytes",
+                                            "graph_reserved_bytes",
+                                            "graph_returned_bytes",
+                                            "graph_trimmed",
+                                            "trimmed",
+                                            "trim_deferred",
+                                            "concurrent",
+                                            "synchronized_device",
+                                            "unwinding",
+                                            "admission_required_bytes",
+                                            "admission_available_bytes",
+                                            "admission_trimmed",
+                                            "admission_returned_bytes",
+                                            "admission_refused",
+                                            "admission_free_bytes",
+                                            "admission_cached_bytes",
+                                            "admission_graph_reserved_bytes",
+                                            "admission_process_bytes",
+                                            "admission_other_processes_bytes",
+                                            "admission_nvml",
+                                            "leaked",
+                                            "leaks",
+                                            "bytes",
+                                            "pointer",
+                                            "stream",
+                                            "tag",
+                                            "file",
+                                            "line",
+                                            "session",
+                                            "complete",
+                                            "unknown",
+                                            "errors"};
+  std::set<std::string> written;
+  for (std::size_t at = json.find("\":"); at != std::string::npos; at = json.find("\":", at + 2))
+    written.insert(json.substr(json.rfind('"', at - 1) + 1, at - json.rfind('"', at - 1) - 1));
+  CHECK(written == documented);
 
   // A leaked buffer stays valid; the session only counted it.
   const std::vector<float> twos(kept->size(), 2.0f);
