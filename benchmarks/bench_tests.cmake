@@ -51,6 +51,19 @@ add_test(NAME bench.compile_cost
              ${system_includes} --quick --json ${json})
 set_tests_properties(bench.compile_cost PROPERTIES LABELS "bench" TIMEOUT 120)
 
+# stream.hpp beside RMM's cuda_stream.hpp and CCCL's stream headers (instructions under callgrind,
+# CPU time, lines): only with RMM and CCCL 3.5 already in the caches that host_cost.py and
+# scripts/toolchains.sh fill (--no-download: a test does not download), and with valgrind; else
+# Skipped. `compile_cost.py --peers` without --quick measures every pair.
+set(json ${cuscope_bench_out}/header_peers.json)
+add_test(NAME bench.header_peers
+  COMMAND ${CMAKE_COMMAND} -DJSON=${json} -P ${CMAKE_CURRENT_SOURCE_DIR}/run_and_check.cmake
+          -- ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/compile_cost.py --peers
+             --cxx ${CMAKE_CXX_COMPILER} --include ${PROJECT_SOURCE_DIR}/include
+             ${system_includes} --no-download --quick --json ${json})
+set_tests_properties(bench.header_peers PROPERTIES
+  LABELS "bench" TIMEOUT 300 SKIP_REGULAR_EXPRESSION "SKIPPED:")
+
 # cuscope's allocation paths beside CCCL's resource_ref, under callgrind, on the simulated device and
 # the no-op runtime (RMM and CCCL 3.5 need a download, which CI does not make: --no-rmm --no-cccl35;
 # benchmarks/peers/host_cost.py without them adds them).

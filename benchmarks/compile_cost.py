@@ -125,7 +125,27 @@ def main():
                    help="an include directory of an earlier cuscope (in place of --include) to "
                         "measure in the same run, interleaved, and compare with; repeatable")
     p.add_argument("--nvcc", help="also measure nvcc translation units with this nvcc")
+    g = p.add_argument_group("--peers: each public header beside the peer headers a user would "
+                             "include instead (RMM 25.04, CCCL 3.0 and 3.5)")
+    g.add_argument("--peers", action="store_true",
+                   help="measure the header pairs of PEER_PAIRS instead of the tables above")
+    g.add_argument("--only", help="with --peers: these cuscope headers' pairs alone "
+                   "(comma-separated, cuscope/stream.hpp,...); --quick: cuscope/stream.hpp")
+    g.add_argument("--cache", default=None, help="where RMM and CCCL 3.5 are downloaded and "
+                   "unpacked (default ~/.cache/cuscope/peers, as host_cost.py)")
+    g.add_argument("--no-download", action="store_true",
+                   help="use RMM and CCCL 3.5 only if they are in the caches already")
+    g.add_argument("--rmm", help="a directory holding unpacked librmm-cu12 and rapids-logger")
+    g.add_argument("--cccl35", help="CCCL 3.5's include directory (holding cuda/, cub/, thrust/)")
+    g.add_argument("--valgrind", default=shutil.which("valgrind"))
+    g.add_argument("--no-callgrind", action="store_true",
+                   help="leave out the instruction counts (CPU time and lines only)")
+    g.add_argument("--jobs", type=int, default=1, help="callgrind runs at once (default 1)")
+    g.add_argument("--out", help="with --peers: write <date>-header-peers.json and .md into "
+                   "this directory (benchmarks/results for a committed set)")
     a = p.parse_args()
+    if a.peers:
+        return peers_main(a)
     runs = a.runs or (3 if a.quick else 9)
     flags = ["-std=c++17"] + ["-I" + d for d in a.include] + \
         [f for d in a.system_include for f in ("-isystem", d)]
@@ -451,6 +471,434 @@ def header_table(results, headers, version, runs, baseline, same_run=False):
     for t in rows:
         print(fmt(t))
     return {"title": title, "columns": columns, "rows": rows}
+
+
+# --peers ------------------------------------------------------------------------------------------
+#
+# Each public cuscope header that a user would include instead of a peer's header, and the peer
+# headers that offer the same thing, chosen by what each header declares:
+#   (cuscope header, what it offers, [(configuration, peer header(s), why this peer)]).
+# A configuration names the include directories of the peer's translation unit; cuscope's header
+# is compiled with the same CUDA and CCCL directories (see peer_configurations), never with RMM's.
+# A peer entry with several headers is one translation unit that includes them all.
+PEER_PAIRS = [
+    ("cuscope/device_buffer.hpp",
+     "device_buffer<T>: an owning, typed, stream-ordered allocation from a pool",
+     [("rmm", ["rmm/device_uvector.hpp"], "RMM's typed stream-ordered buffer, device_uvector<T>: "
+               "the nearest match"),
+      ("rmm", ["rmm/device_buffer.hpp"], "RMM's untyped stream-ordered buffer, which "
+               "device_uvector holds"),
+      ("cccl35", ["cuda/buffer"], "CCCL 3.5's cuda::buffer<T> (stream-ordered, from a memory "
+                  "resource)")]),
+    ("cuscope/memory_pool.hpp",
+     "memory_pool and memory_pool_ref: an owning CUDA memory pool (cudaMemPool_t) with options, "
+     "statistics and trim, and allocate/deallocate on a stream",
+     [("rmm", ["rmm/mr/device/cuda_async_memory_resource.hpp"], "RMM's owning resource over a "
+               "CUDA memory pool"),
+      ("rmm", ["rmm/mr/device/cuda_async_view_memory_resource.hpp"], "RMM's resource over a "
+               "pool it does not own"),
+      ("cccl35", ["cuda/memory_pool"], "CCCL 3.5's cuda::device_memory_pool (with the pinned and "
+                  "managed pools)")]),
+    ("cuscope/memory_resource.hpp",
+     "pool_resource: a memory pool as a CCCL memory resource; includes <cuda/memory_resource>, "
+     "so it cannot be lighter than that header in the same CCCL",
+     [("cccl30", ["cuda/memory_resource"], "CCCL 3.0's cuda::mr concepts and resource refs, which "
+                  "pool_resource models (no pool resource of its own)"),
+      ("cccl35", ["cuda/memory_resource"], "CCCL 3.5's cuda::mr, with cuda::device_memory_pool as "
+                  "a resource: the nearest match"),
+      ("rmm", ["rmm/mr/device/cuda_async_memory_resource.hpp"], "RMM's pool resource, usable "
+               "through cuda::mr refs")]),
+    ("cuscope/thrust.hpp",
+     "thrust_allocator<T> for thrust::device_vector and thrust_policy(stream, pool)",
+     [("rmm", ["rmm/mr/device/thrust_allocator_adaptor.hpp"], "RMM's mr::thrust_allocator<T>"),
+      ("rmm", ["rmm/exec_policy.hpp"], "RMM's exec_policy (Thrust on a stream, temporaries "
+               "from a resource)")]),
+    ("cuscope/stream.hpp",
+     "stream_ref (non-owning) and stream (owning), with event_ref and event (it includes "
+     "event.hpp)",
+     [("rmm", ["rmm/cuda_stream.hpp"], "RMM's owning cuda_stream (with cuda_stream_view)"),
+      ("cccl30", ["cuda/stream_ref"], "CCCL 3.0's cuda::stream_ref (non-owning only)"),
+      ("cccl35", ["cuda/stream"], "CCCL 3.5's cuda::stream, stream_ref and cuda::event")]),
+    ("cuscope/event.hpp",
+     "event_ref (non-owning) and event (owning), and stream_ref::wait",
+     [("cccl35", ["cuda/stream"], "CCCL 3.5's cuda::event and timed_event are declared by "
+                  "<cuda/stream> (there is no <cuda/event>); RMM has no event class")]),
+    ("cuscope/session.hpp",
+     "session: counts, budget and leak records of a piece of work's allocations, over a pool, "
+     "with make_buffer",
+     [("rmm", ["rmm/mr/device/statistics_resource_adaptor.hpp",
+               "rmm/mr/device/tracking_resource_adaptor.hpp"],
+       "what an RMM user adds for counting and leak tracking"),
+      ("rmm", ["rmm/mr/device/statistics_resource_adaptor.hpp",
+               "rmm/mr/device/tracking_resource_adaptor.hpp",
+               "rmm/mr/device/cuda_async_memory_resource.hpp", "rmm/device_uvector.hpp"],
+       "the same with the pool resource and the typed buffer that session.hpp brings too")]),
+    ("cuscope/device_span.hpp",
+     "device_span<T>: a non-owning view of device memory, usable in kernels",
+     [("cccl30", ["cuda/std/span"], "CCCL 3.0's cuda::std::span"),
+      ("cccl35", ["cuda/std/span"], "CCCL 3.5's cuda::std::span")]),
+    ("cuscope/device.hpp",
+     "device count, current device, and a guard that switches and restores it",
+     [("rmm", ["rmm/cuda_device.hpp"], "RMM's cuda_device_id, get_current_cuda_device and "
+               "cuda_set_device_raii"),
+      ("cccl35", ["cuda/devices"], "CCCL 3.5's cuda::devices and device_ref")]),
+    ("cuscope/pinned_memory_pool.hpp",
+     "pinned_memory_pool: an owning pool of page-locked host memory with the options, statistics "
+     "and trim of memory_pool",
+     [("rmm", ["rmm/mr/pinned_host_memory_resource.hpp"], "RMM's pinned host resource "
+               "(cudaHostAlloc, no pool)"),
+      ("cccl35", ["cuda/memory_pool"], "CCCL 3.5's cuda::pinned_memory_pool (with the device and "
+                  "managed pools)")]),
+]
+# Headers with no peer here: cuscope.hpp, batch.hpp (batch staging), recorder.hpp, report.hpp,
+# trace.hpp, json_line_sink.hpp, nvtx.hpp (RMM and CCCL have no memory timeline or reports), ipc.hpp,
+# graph.hpp, pinned_buffer.hpp (RMM has no pinned buffer; CCCL 3.5's cuda::buffer is measured
+# beside device_buffer.hpp), kernel.hpp, testing.hpp, error.hpp, version.hpp, cuda_stream_ref.hpp.
+# --quick (the ctest smoke run): this header against its first peer alone, two rounds.
+PEER_QUICK_ONLY = "cuscope/device.hpp"
+
+
+def peer_configurations(a):
+    """{name: (label, compiler flags)} for the configurations PEER_PAIRS names whose headers are
+    here, the CCCL include directory of each ({name: directory}), and {name: reason} for those that
+    are not. Every configuration holds the CUDA toolkit's include directories (--system-include);
+    cccl30 puts the toolkit's own CCCL (include/cccl, 3.0 in CUDA 13) ahead of them and defines
+    LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE, which CCCL before 3.1 needs for cuda::mr (RMM
+    25.04 and cuscope/memory_resource.hpp stop with an #error without it; cuscope's CMake
+    target, pkg-config file and Conan package define it, as RMM's CMake package does); cccl35 puts
+    CCCL 3.5 there instead; rmm is cccl30 with RMM's and rapids-logger's include directories
+    (RMM 25.04 includes rapids_logger/logger.hpp from rmm/logger.hpp; it builds with CCCL 3.0, and
+    the wheel's own CCCL 2.7 under include/rapids is not used, so that both sides of a pair
+    include the same CCCL)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
+    import peer_deps
+    # The toolkit's CCCL is include/cccl in CUDA 13 (CMake's CUDAToolkit_INCLUDE_DIRS may list it
+    # too: it is taken out of the directories every configuration shares), include/ before.
+    given = a.system_include or ["/usr/local/cuda/include"]
+    cuda = [d for d in given if os.path.basename(os.path.normpath(d)) != "cccl"] or given
+    cuda_flags = [f for d in cuda for f in ("-isystem", d)]
+    cccl30 = os.path.join(cuda[0], "cccl")
+    cccl30 = cccl30 if os.path.isdir(cccl30) else cuda[0]
+    configs, reasons, cccl = {}, {}, {}
+    v30 = peer_deps.cccl_version(cccl30)
+    configs["cccl30"] = ("CCCL %s (the CUDA toolkit's)" % v30,
+                         ["-DLIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE", "-isystem", cccl30] +
+                         cuda_flags)
+    cccl["cccl30"] = cccl30
+    cache = a.cache or peer_deps.DEFAULT_CACHE
+    download = not a.no_download
+    if a.cccl35:
+        c35 = peer_deps.find_cccl(a.cccl35)
+        why = None if c35 else "no cuda/std/__cccl/version.h under " + a.cccl35
+    else:
+        c35, why = peer_deps.install_cccl35(cache, download)
+    if c35 and not re.match(r"^3\.5\.", peer_deps.cccl_version(c35)):
+        c35, why = None, "%s is CCCL %s, not 3.5" % (c35, peer_deps.cccl_version(c35))
+    if c35:
+        configs["cccl35"] = ("CCCL %s" % peer_deps.cccl_version(c35), ["-isystem", c35] + cuda_flags)
+        cccl["cccl35"] = c35
+    else:
+        reasons["cccl35"] = why
+    if a.rmm:
+        rmm = peer_deps.find_rmm(a.rmm)
+        why = None if rmm else "no rmm/device_buffer.hpp or rapids_logger under " + a.rmm
+    else:
+        rmm, why = peer_deps.install_rmm(cache, download)
+    if rmm:
+        configs["rmm"] = ("RMM 25.04 on CCCL %s" % v30,
+                          ["-isystem", rmm[0], "-isystem", rmm[1]] + configs["cccl30"][1])
+        cccl["rmm"] = cccl30
+    else:
+        reasons["rmm"] = why
+    return configs, cccl, reasons, cache
+
+
+def includes_under(cxx, flags, text, directory):
+    """True when the translation unit text includes a file under directory."""
+    dep = subprocess.run([cxx] + flags + ["-M", "-x", "c++", "-"], input=text,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         universal_newlines=True)
+    prefix = os.path.join(os.path.realpath(directory), "")
+    return any(os.path.realpath(w).startswith(prefix)
+               for w in dep.stdout.replace("\\\n", " ").split())
+
+
+def callgrind_ir(valgrind, cmd):
+    """Instructions the compiler (the driver and cc1plus) executes for cmd, under callgrind."""
+    with tempfile.TemporaryDirectory(prefix="cuscope-header-peers-cg-") as d:
+        proc = subprocess.run([valgrind, "--tool=callgrind", "--trace-children=yes",
+                               "--callgrind-out-file=" + os.path.join(d, "cg.%p")] + cmd,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              universal_newlines=True)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr)
+            raise SystemExit("compile_cost: callgrind of %s failed" % " ".join(cmd))
+        total = 0
+        for name in os.listdir(d):
+            with open(os.path.join(d, name)) as f:
+                for line in f:
+                    m = re.match(r"^summary:\s+(\d+)", line)
+                    if m:
+                        total += int(m.group(1))
+        return total
+
+
+def peers_main(a):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
+    import peer_deps
+    if not a.include:
+        a.include = [os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                  "include")]
+    if not a.no_callgrind and not a.valgrind:
+        print("SKIPPED: valgrind not found; install it to count the compiler's instructions "
+              "(or pass --no-callgrind)")
+        return 77
+    only = a.only or (PEER_QUICK_ONLY if a.quick else None)
+    pairs = [(h, offers, peers[:1] if a.quick else peers) for h, offers, peers in PEER_PAIRS
+             if only is None or h in only.split(",")]
+    if not pairs:
+        raise SystemExit("compile_cost: --only names no header of PEER_PAIRS")
+    runs = a.runs or (2 if a.quick else 9)
+    configs, cccl_dirs, missing, cache = peer_configurations(a)
+    for name, why in sorted(missing.items()):
+        print("note: %s left out: %s" % (name, why))
+    needed = set(config for _, _, peers in pairs for config, _, _ in peers)
+    if not needed - set(missing):
+        print("SKIPPED: no peer of %s can be measured here (%s)" %
+              (", ".join(h for h, _, _ in pairs),
+               "; ".join("%s: %s" % kv for kv in sorted(missing.items()))))
+        return 77
+    version = subprocess.run([a.cxx, "--version"], stdout=subprocess.PIPE,
+                             universal_newlines=True).stdout.splitlines()[0]
+    ours_flags = lambda config: ["-std=c++17"] + ["-I" + d for d in a.include] + \
+        configs[config][1]
+    # The translation units, by (kind, configuration, headers). cuscope's header is compiled in
+    # cccl30 unless the peer's configuration is cccl35 and the header includes a CCCL header (else
+    # the unit would be the same); its label names the CCCL where it includes one.
+    units, order = {}, []
+
+    def unit(kind, config, headers):
+        text = "".join("#include <%s>\n" % h for h in headers)
+        if kind == "cuscope":
+            uses_cccl = {c: includes_under(a.cxx, ours_flags(c), text, cccl_dirs[c])
+                         for c in ("cccl30", "cccl35") if c in configs}
+            config = "cccl35" if config == "cccl35" and uses_cccl["cccl35"] else "cccl30"
+            flags, named = ours_flags(config), uses_cccl[config]
+        else:
+            flags, named = ["-std=c++17"] + configs[config][1], True
+        key = (kind, config, tuple(headers))
+        if key not in units:
+            label = " + ".join("<%s>" % h for h in headers)
+            if named:
+                label += " [%s]" % configs[config][0]
+            units[key] = {"label": label, "kind": kind, "configuration": config,
+                          "headers": list(headers), "flags": flags, "text": text,
+                          "cpu_s": [], "wall_s": []}
+            order.append(key)
+        return key
+
+    table_pairs = []
+    for header, offers, peers in pairs:
+        for config, headers, why in peers:
+            if config not in configs:
+                continue
+            table_pairs.append({"cuscope": header, "offers": offers, "why": why,
+                                "ours": unit("cuscope", config, [header]),
+                                "peer": unit("peer", config, headers)})
+    units[("empty", "cccl30", ())] = {"label": "(empty file)", "kind": "empty",
+                                      "configuration": "cccl30", "headers": [],
+                                      "flags": ["-std=c++17"] + configs["cccl30"][1], "text": "",
+                                      "cpu_s": [], "wall_s": []}
+    order.append(("empty", "cccl30", ()))
+    load_before = peer_deps.load_average()
+    with tempfile.TemporaryDirectory(prefix="cuscope-header-peers-") as work:
+        for i, key in enumerate(order):
+            u = units[key]
+            u["path"] = os.path.join(work, "unit%d.cpp" % i)
+            with open(u["path"], "w") as f:
+                f.write(u["text"])
+            u["command"] = [a.cxx] + u["flags"] + ["-fsyntax-only", u["path"]]
+            pre = subprocess.run([a.cxx] + u["flags"] + ["-E", "-P", u["path"]],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 universal_newlines=True)
+            if pre.returncode != 0:
+                sys.stderr.write(pre.stderr)
+                raise SystemExit("compile_cost: %s does not preprocess alone" % u["label"])
+            u["preprocessed_nonblank_lines"] = sum(1 for l in pre.stdout.splitlines() if l.strip())
+            timed(u["command"])  # warm-up, and the check that it compiles alone
+        print("compile_cost: %d translation units, %d rounds" % (len(order), runs))
+        for r in range(runs):
+            for i in range(len(order)):
+                u = units[order[(i + r) % len(order)]]
+                wall, cpu = timed(u["command"])
+                u["wall_s"].append(wall)
+                u["cpu_s"].append(cpu)
+        if not a.no_callgrind:
+            print("compile_cost: callgrind, %d translation units, %d at once" %
+                  (len(order), a.jobs))
+            import concurrent.futures
+
+            def count(key):
+                ir = callgrind_ir(a.valgrind, units[key]["command"])
+                print("compile_cost: %6.0f M instructions: %s" % (ir / 1e6, units[key]["label"]))
+                sys.stdout.flush()
+                return ir
+            with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as pool:
+                for key, ir in zip(order, pool.map(count, order)):
+                    units[key]["instructions"] = ir
+    load_after = peer_deps.load_average()
+    for u in units.values():
+        for key in ("wall_s", "cpu_s"):
+            q1, med, q3 = quartiles(u.pop(key))
+            u[key.replace("_s", "_ms")] = {"median": med * 1e3, "p25": q1 * 1e3, "p75": q3 * 1e3,
+                                           "spread_pct": (q3 - q1) / med * 100 if med else 0}
+        u.pop("path")
+        u.pop("command")
+
+    ratio = lambda x, y: x / float(y) if y else None
+    columns = ["cuscope header", "peer header (configuration)", "instructions", "peer",
+               "ratio", "CPU time", "peer", "ratio", "lines", "peer", "ratio"]
+    rows, results_pairs = [], []
+    for tp in table_pairs:
+        o, q = units[tp["ours"]], units[tp["peer"]]
+        r = {"cuscope": tp["cuscope"], "cuscope_unit": o["label"], "peer": q["label"],
+             "offers": tp["offers"], "why": tp["why"],
+             "cpu_ratio": ratio(o["cpu_ms"]["median"], q["cpu_ms"]["median"]),
+             "lines_ratio": ratio(o["preprocessed_nonblank_lines"],
+                                  q["preprocessed_nonblank_lines"])}
+        if "instructions" in o:
+            r["instructions_ratio"] = ratio(o["instructions"], q["instructions"])
+        results_pairs.append(r)
+        ir = lambda u: "%.0f M" % (u["instructions"] / 1e6) if "instructions" in u else "-"
+        cpu = lambda u: "%.0f ms ±%.0f%%" % (u["cpu_ms"]["median"], u["cpu_ms"]["spread_pct"])
+        rows.append([o["label"], q["label"], ir(o), ir(q),
+                     "%.2fx" % r["instructions_ratio"] if "instructions_ratio" in r else "-",
+                     cpu(o), cpu(q), "%.2fx" % r["cpu_ratio"],
+                     "%d" % o["preprocessed_nonblank_lines"],
+                     "%d" % q["preprocessed_nonblank_lines"], "%.2fx" % r["lines_ratio"]])
+    title = ("each public header against the peer headers a user would include instead: %s "
+             "-std=c++17 -fsyntax-only, instructions (callgrind), CPU time (median of %d "
+             "interleaved rounds, ± interquartile range / median) and preprocessed non-blank lines; "
+             "ratio = cuscope / peer" % (version, runs))
+    widths = [max(len(c), *(len(t[i]) for t in rows)) for i, c in enumerate(columns)]
+    fmt = lambda cells: "  ".join(c.ljust(widths[i]) if i < 2 else c.rjust(widths[i])
+                                  for i, c in enumerate(cells))
+    print("\n" + title)
+    print(fmt(columns))
+    print("-" * (sum(widths) + 2 * (len(widths) - 1)))
+    for t in rows:
+        print(fmt(t))
+    key = "instructions_ratio" if not a.no_callgrind else "cpu_ratio"
+    what = "instructions" if not a.no_callgrind else "CPU time"
+    headline = [{"name": "header peers: %s / %s, %s" % (r["cuscope_unit"], r["peer"], what),
+                 "value": r[key], "unit": "x", "goal": "below", "target": 1.0,
+                 "meets": r[key] < 1.0} for r in results_pairs]
+    heavier = [h for h in headline if not h["meets"]]
+    headline.append({"name": "header peers: pairs where the cuscope header is heavier (%s)" % what,
+                     "value": len(heavier), "unit": "of %d" % len(results_pairs)})
+    for h in headline:
+        print("headline: %s: %s" % (h["name"], ("%.2fx" % h["value"]) if h["unit"] == "x"
+                                    else "%d %s" % (h["value"], h["unit"])))
+    empty = units[("empty", "cccl30", ())]
+    notes = ["Each translation unit holds only its #include lines; cuscope's header is compiled "
+             "with the same CUDA and CCCL include directories as the peer (RMM's directories are "
+             "given to RMM's units alone).",
+             "An empty file: %s, %.0f ms (the compiler's fixed cost, in every figure)." %
+             ("%.0f M instructions" % (empty["instructions"] / 1e6) if "instructions" in empty
+              else "-", empty["cpu_ms"]["median"])]
+    notes += ["%s left out: %s" % kv for kv in sorted(missing.items())]
+    for line in notes:
+        print("note: " + line)
+    doc = {"schema": "cuscope-bench/1", "benchmark": "header-peers", "simulated": False,
+           "quick": a.quick, "command_line": " ".join(sys.argv[1:]),
+           "device": {"name": "none (host compiler)", "simulated": False},
+           "build": {"compiler": version},
+           "machine": {"cpu": peer_deps.cpu_model(), "cpu_count": os.cpu_count(),
+                       "load_average": {"start": load_before, "end": load_after},
+                       "valgrind": subprocess.run([a.valgrind, "--version"],
+                                                  stdout=subprocess.PIPE,
+                                                  universal_newlines=True).stdout.strip()
+                       if a.valgrind else None,
+                       "commit": git_commit()},
+           "config": {"runs": runs, "configurations": {k: {"label": v[0], "flags": v[1]}
+                                                       for k, v in configs.items()},
+                      "left_out": missing},
+           "notes": notes, "tables": [{"title": title, "columns": columns, "rows": rows}],
+           "pairs": results_pairs, "results": [units[k] for k in order],
+           "headline": headline}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    home = os.path.expanduser("~")
+    replacements = sorted([(os.path.realpath(cache), "<cache>"), (os.path.abspath(cache), "<cache>"),
+                           (os.path.join(root, ""), ""), (root, "."),
+                           (os.path.join(home, ""), "~/")] +
+                          [(d, "<cuda-include>") for d in (a.system_include or
+                                                           ["/usr/local/cuda/include"])],
+                          key=lambda p: len(p[0]), reverse=True)
+    doc = peer_deps.scrub_paths(doc, replacements)
+    paths = []
+    if a.json:
+        paths.append(a.json)
+    if a.out:
+        if a.quick:
+            raise SystemExit("compile_cost: --quick is a smoke run: it writes no results set")
+        stem = os.path.join(a.out, "%s-header-peers" % time.strftime("%Y-%m-%d", time.gmtime()))
+        paths.append(stem + ".json")
+        write_peers_markdown(doc, stem + ".md")
+        print("wrote " + stem + ".md")
+    for path in paths:
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        print("wrote " + path)
+    return 0
+
+
+def git_commit():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(["git", "-C", root, "log", "-1", "--format=%h", "--abbrev=12", "--",
+                           "include"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          universal_newlines=True)
+    changed = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", "include"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             universal_newlines=True).stdout.strip()
+    c = proc.stdout.strip() or "unknown"
+    return c + (" (with uncommitted changes to include/)" if changed else "")
+
+
+def write_peers_markdown(doc, path):
+    m = doc["machine"]
+    out = ["# Each public header against its peers: instructions, CPU time, lines", "",
+           "Written by `benchmarks/compile_cost.py --peers` (the JSON beside this file holds "
+           "everything).", "",
+           "```sh", "python3 benchmarks/compile_cost.py " + doc["command_line"], "```", "",
+           "| machine | |", "|---|---|",
+           "| CPU | %s (%d logical CPUs) |" % (m["cpu"], m["cpu_count"]),
+           "| load average (1 min) | %.1f at the start, %.1f at the end |" %
+           (m["load_average"]["start"][0], m["load_average"]["end"][0]),
+           "| compiler | %s, `-std=c++17 -fsyntax-only` |" % doc["build"]["compiler"],
+           "| valgrind | %s |" % m["valgrind"],
+           "| cuscope | %s |" % m["commit"], ""]
+    out += ["| configuration | include directories and defines |", "|---|---|"]
+    for k, v in sorted(doc["config"]["configurations"].items()):
+        out.append("| %s: %s | `%s` |" % (k, v["label"], " ".join(v["flags"])))
+    for k, why in sorted(doc["config"]["left_out"].items()):
+        out.append("| %s | left out: %s |" % (k, why))
+    t = doc["tables"][0]
+    out += ["", t["title"] + ".", "",
+            "| " + " | ".join(t["columns"]) + " |",
+            "|" + "|".join(["---"] * 2 + ["---:"] * (len(t["columns"]) - 2)) + "|"]
+    for r in t["rows"]:
+        out.append("| " + " | ".join(r) + " |")
+    out += ["", "## Why these pairs", ""]
+    seen = set()
+    for p in doc["pairs"]:
+        if p["cuscope"] not in seen:
+            seen.add(p["cuscope"])
+            out.append("- `<%s>`: %s." % (p["cuscope"], p["offers"]))
+        out.append("  - %s: %s." % (p["peer"], p["why"]))
+    out += ["", "## Notes", ""] + ["- " + n for n in doc["notes"]]
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
 
 
 if __name__ == "__main__":
