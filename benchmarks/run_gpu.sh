@@ -228,6 +228,7 @@ else
 fi
 bench streams 60
 bench random 90
+bench nvml 60
 
 cxx="$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")"
 cuda_bin="$(sed -n 's/^CUDAToolkit_BIN_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")"

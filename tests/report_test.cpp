@@ -212,6 +212,59 @@ TEST_CASE("report: the simulated NVML follows NVML's calling conventions", "[rep
   CHECK(shutdown() == success);
   CHECK(shutdown() == 1);
 }
+
+TEST_CASE("report: NVML is loaded and initialized once, however many reports ask it",
+          "[report][sim]") {
+  device_guard device;
+  constexpr std::size_t reports = 50;
+  {
+    memory_pool pool;
+    cuscope::stream s;
+    cuscope::device_buffer<char> live(s, 8 * MiB, pool);
+    s.synchronize();
+    for (std::size_t i = 0; i < reports; ++i) {
+      const auto r = memory_report(0, pool);
+      REQUIRE(r.has_process_footprint());
+      CHECK(r.process.source == "the simulated device's NVML");
+      CHECK(r.process.used_bytes == r.taken_bytes());  // the answers are the device's, each time
+    }
+  }
+  CHECK(cuscope::sim::call_count("nvmlInit_v2") == 1);
+  CHECK(cuscope::sim::call_count("nvmlShutdown") == 0);  // left initialized until the end
+  CHECK(cuscope::sim::call_count("nvmlDeviceGetHandleByPciBusId_v2") == reports);
+  CHECK(cuscope::sim::call_count("nvmlDeviceGetComputeRunningProcesses_v3") == reports);
+  // A fresh simulated process has NVML uninitialized: the first report initializes it again.
+  cuscope::sim::reset(cuscope::sim::config());
+  CHECK(memory_report(0, {}).has_process_footprint());
+  CHECK(memory_report(0, {}).has_process_footprint());
+  CHECK(cuscope::sim::call_count("nvmlInit_v2") == 1);
+  // Runtime calls and NVML's are counted apart.
+  CHECK_THROWS_AS((void)cuscope::sim::call_count("nvmlDeviceGetMemoryInfo"), std::invalid_argument);
+}
+
+TEST_CASE("report: a failed nvmlInit_v2 is remembered with its reason and not tried again",
+          "[report][sim]") {
+  device_guard device;
+  cuscope::sim::device_config c = cuscope::sim::config();
+  c.nvml_init_error = 9;  // NVML_ERROR_DRIVER_NOT_LOADED
+  cuscope::sim::reset(c);
+  for (int i = 0; i < 3; ++i) {
+    const auto r = memory_report(0, {});
+    CHECK_FALSE(r.has_process_footprint());
+    CHECK(r.process.source ==
+          "unavailable: nvmlInit_v2 failed with NVML error 9 (Driver Not Loaded)");
+    CHECK_THAT(r.to_string(), contains("Driver Not Loaded"));
+  }
+  CHECK(cuscope::sim::call_count("nvmlInit_v2") == 1);
+  CHECK(cuscope::sim::call_count("nvmlDeviceGetHandleByPciBusId_v2") == 0);
+  // The next (simulated) process tries again, and finds a driver.
+  c.nvml_init_error = 0;
+  cuscope::sim::reset(c);
+  CHECK(memory_report(0, {}).has_process_footprint());
+  CHECK(cuscope::sim::call_count("nvmlInit_v2") == 1);
+  c.nvml_init_error = -1;
+  CHECK_THROWS_AS(cuscope::sim::reset(c), std::invalid_argument);
+}
 #endif
 
 TEST_CASE("report: empty_cache synchronizes, trims every pool named and returns the bytes freed",

@@ -2,6 +2,7 @@
 // A service: 1000 requests on 4 threads, each a session nested in the service's, with budgets,
 // admission, out-of-memory refusals and injected faults, reporting one JSON line each. The load is
 // service_load.hpp's, which tests/testing/gtest_service.cpp runs under GoogleTest too.
+#include <cuscope/detail/nvml.hpp>  // process_usage, what an admission asks
 #include <cuscope/json_line_sink.hpp>
 #include <cuscope/memory_pool.hpp>
 #include <cuscope/session.hpp>
@@ -9,6 +10,7 @@
 
 #include <unistd.h>  // getpid
 
+#include <atomic>
 #include <cstddef>
 #include <cstdlib>
 #include <filesystem>
@@ -176,3 +178,103 @@ TEST_CASE(
   CHECK(json_field(last, "used_at_exit_bytes") == "0");
   CHECK(std::stoull(json_field(last, "reserved_at_exit_bytes")) <= keep);
 }
+
+#if CUSCOPE_TEST_SIMULATED
+TEST_CASE(
+    "service: 8 threads asking NVML at once load and initialize it once, and every answer is the "
+    "device's",
+    "[service][session][admission][concurrency]") {
+  device_guard device;
+  constexpr int threads = 8;
+  // The pool's reserve is made before the threads start and the requests fit in it, so the
+  // memory the device has taken, which the simulated NVML gives this process, does not change.
+  memory_pool pool;
+  stream s;
+  pool.deallocate(s, pool.allocate(s, 64 * MiB), 64 * MiB);
+  s.synchronize();
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
+  const std::size_t taken = total_bytes - free_bytes;
+  int domain = 0;
+  int bus = 0;
+  int slot = 0;
+  REQUIRE(cudaDeviceGetAttribute(&domain, cudaDevAttrPciDomainId, 0) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, 0) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&slot, cudaDevAttrPciDeviceId, 0) == cudaSuccess);
+  const std::string bus_id = cuscope::detail::nvml::bus_id(
+      static_cast<unsigned>(domain), static_cast<unsigned>(bus), static_cast<unsigned>(slot));
+  const unsigned pid = cuscope::detail::nvml::this_process();
+
+  // Runs body(t) on threads threads released together, and returns how many answers were wrong.
+  const auto at_once = [&](const std::function<int(int)>& body) {
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::atomic<int> wrong{0};
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t)
+      workers.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (!go.load())
+          std::this_thread::yield();
+        wrong.fetch_add(body(t));
+      });
+    while (ready.load() < threads)
+      std::this_thread::yield();
+    go = true;
+    for (std::thread& w : workers)
+      w.join();
+    return wrong.load();
+  };
+
+  SECTION("the first queries of a process race to load NVML") {
+    constexpr int queries = 100;
+    CHECK(at_once([&](int) {
+            int wrong = 0;
+            for (int i = 0; i < queries; ++i) {
+              const auto a = cuscope::detail::nvml::process_usage(bus_id, pid);
+              const bool right = a.available && a.listed && a.used_bytes == taken &&
+                                 a.source == "the simulated device's NVML";
+              wrong += right ? 0 : 1;
+            }
+            return wrong;
+          }) == 0);
+    CHECK(cuscope::sim::call_count("nvmlInit_v2") == 1);
+    CHECK(cuscope::sim::call_count("nvmlShutdown") == 0);
+    CHECK(cuscope::sim::call_count("nvmlDeviceGetComputeRunningProcesses_v3") ==
+          std::size_t{threads * queries});
+  }
+
+  SECTION("requests whose admission asks NVML every time") {
+    constexpr int requests = 25;
+    session_options so;
+    so.name = "service";
+    session service(pool, s, so);
+    session_options o;
+    o.admission.bytes = MiB;
+    o.admission.query_nvml = cuscope::nvml_query::always;
+    o.trim = false;
+    CHECK(at_once([&](int t) {
+            stream mine;
+            int wrong = 0;
+            for (int i = 0; i < requests; ++i) {
+              session_options mo = o;
+              mo.name = "request " + std::to_string(t) + "." + std::to_string(i);
+              session request(service, mine, mo);
+              auto b = request.make_buffer<char>(256 * 1024, "work");
+              const session_report& r = request.report();
+              const bool right = r.admission_nvml == "the simulated device's NVML" &&
+                                 r.admission_process_bytes == taken &&
+                                 r.admission_other_processes_bytes == std::size_t{0} &&
+                                 r.driver_total_bytes - r.admission_free_bytes == taken;
+              wrong += right ? 0 : 1;
+            }
+            return wrong;
+          }) == 0);
+    CHECK(cuscope::sim::call_count("nvmlInit_v2") == 1);
+    CHECK(cuscope::sim::call_count("nvmlShutdown") == 0);
+    CHECK(cuscope::sim::call_count("nvmlDeviceGetComputeRunningProcesses_v3") ==
+          std::size_t{threads * requests});
+  }
+}
+#endif

@@ -82,6 +82,31 @@ TEST_CASE(
 
 #if CUSCOPE_TEST_SIMULATED
 
+TEST_CASE(
+    "session: sessions that ask NVML at every admission load and initialize it once, and each "
+    "gets the device's answer",
+    "[session][admission]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.name = "asks NVML";
+  o.admission.bytes = 1;
+  o.admission.query_nvml = cuscope::nvml_query::always;
+  constexpr std::size_t sessions = 100;
+  for (std::size_t i = 0; i < sessions; ++i) {
+    session admitted(pool, s, o);
+    const session_report& r = admitted.report();
+    CHECK(r.admission_nvml == "the simulated device's NVML");
+    REQUIRE(r.admission_process_bytes);
+    CHECK(*r.admission_process_bytes == r.driver_total_bytes - r.admission_free_bytes);
+    CHECK(r.admission_other_processes_bytes == std::size_t{0});
+  }
+  CHECK(cuscope::sim::call_count("nvmlInit_v2") == 1);
+  CHECK(cuscope::sim::call_count("nvmlShutdown") == 0);
+  CHECK(cuscope::sim::call_count("nvmlDeviceGetComputeRunningProcesses_v3") == sessions);
+}
+
 namespace {
 
 constexpr std::size_t MiB = std::size_t{1} << 20;

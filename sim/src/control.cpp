@@ -177,6 +177,8 @@ void validate(const device_config& c) {
     throw std::invalid_argument("cuscope::sim::reset: total_bytes is limited to 16 TiB");
   if (c.ipc_timeout.count() <= 0)
     throw std::invalid_argument("cuscope::sim::reset: ipc_timeout must be positive");
+  if (c.nvml_init_error < 0)
+    throw std::invalid_argument("cuscope::sim::reset: nvml_init_error must be 0 or an NVML error");
 }
 
 void build(state& g) {
@@ -233,6 +235,9 @@ void teardown(state& g) {
   g.misuses_seen.clear();
   g.recent_frees.clear();
   g.recent_free_order.clear();
+  g.nvml_initialized = 0;
+  for (std::size_t& n : g.nvml_calls)
+    n = 0;
 }
 
 std::string pointer_text(const void* p) {
@@ -454,11 +459,13 @@ std::size_t call_count() {
 }
 
 std::size_t call_count(const char* api) {
-  if (api == nullptr || !is_simulated_api(api))
-    throw std::invalid_argument(std::string("cuscope::sim::call_count: '") + (api ? api : "") +
-                                "' is not a function of the simulated runtime");
   state& g = global();
   std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  if (api != nullptr)
+    if (const std::size_t* nvml = nvml_call_counter(g, api)) return *nvml;
+  if (api == nullptr || !is_simulated_api(api))
+    throw std::invalid_argument(std::string("cuscope::sim::call_count: '") + (api ? api : "") +
+                                "' is not a function of the simulated runtime or of its NVML");
   return g.calls_by_api[api_index(api)];
 }
 

@@ -336,6 +336,10 @@ struct state {
   std::map<std::uintptr_t, freed_allocation> recent_frees;
   std::deque<std::pair<std::uintptr_t, std::uint64_t>> recent_free_order;  // pointer, free call
   graph_state* graphs = nullptr;  // created at the first capture (graphs.cpp)
+  // NVML (nvml.cpp): nvmlInit_v2 calls not yet matched by nvmlShutdown, as NVML counts them, and
+  // the calls of each simulated NVML function since the last reset (sim::call_count).
+  int nvml_initialized = 0;
+  std::size_t nvml_calls[5] = {};
 };
 
 state& global();
@@ -345,6 +349,10 @@ state& global();
 /// The simulated devices' NVML entry points by name, for cuscope's NVML loader (nvml.cpp); null
 /// for names it does not provide and when device_config::nvml is off.
 extern "C" void* cuscope_sim_nvml_symbol(const char* name);
+/// The simulated process the simulated devices belong to: a number (from 1) that every reset
+/// changes, so that cuscope's NVML loader, which loads and initializes NVML once per process,
+/// does so again for a fresh simulated process.
+extern "C" unsigned long long cuscope_sim_nvml_process();
 
 namespace cuscope::sim::detail {
 
@@ -362,6 +370,8 @@ bool& in_host_function();
 // Call bookkeeping: every simulated function runs through call().
 bool is_simulated_api(const std::string& name);
 std::size_t api_index(const char* name);  // any_api when name is not a simulated function
+// The count of calls of the simulated NVML function name (nvml.cpp); null for any other name.
+std::size_t* nvml_call_counter(state& g, const char* name);
 bool is_sticky(cudaError_t error);
 cudaError_t record_error(cudaError_t error);
 cudaError_t begin_call(state& g, std::size_t api);

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 
 #include "internal.hpp"
@@ -20,8 +21,10 @@ namespace {
 constexpr int nvml_success = 0;
 constexpr int nvml_uninitialized = 1;
 constexpr int nvml_invalid_argument = 2;
+constexpr int nvml_no_permission = 4;
 constexpr int nvml_not_found = 6;
 constexpr int nvml_insufficient_size = 7;
+constexpr int nvml_driver_not_loaded = 9;
 
 struct process_info {  // nvmlProcessInfo_t (v2 and v3 queries)
   unsigned int pid;
@@ -32,36 +35,47 @@ struct process_info {  // nvmlProcessInfo_t (v2 and v3 queries)
 
 constexpr unsigned int no_instance = 0xFFFFFFFFu;
 
-// nvmlInit_v2 calls not yet matched by nvmlShutdown; NVML counts them the same way.
-int initialized = 0;
+// The simulated NVML functions, in the order of state::nvml_calls.
+enum nvml_function : std::size_t { init, shutdown, by_bus_id, processes, error_string };
+constexpr const char* nvml_names[] = {"nvmlInit_v2", "nvmlShutdown",
+                                      "nvmlDeviceGetHandleByPciBusId_v2",
+                                      "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlErrorString"};
+static_assert(std::size(nvml_names) == sizeof(state::nvml_calls) / sizeof(std::size_t));
 
 // A device handle is its index plus one, so that none is null.
 int index_of(void* device) {
   return static_cast<int>(reinterpret_cast<std::uintptr_t>(device)) - 1;
 }
 
+// nvmlInit_v2 counts its calls not yet matched by nvmlShutdown, as NVML does ("a reference count of
+// the number of initializations is maintained"); a reset starts a process in which NVML is not
+// initialized.
 int nvml_init() {
   state& g = global();
   std::lock_guard<std::recursive_mutex> lock(g.mutex);
-  ++initialized;
+  ++g.nvml_calls[init];
+  if (g.config.nvml_init_error != nvml_success) return g.config.nvml_init_error;
+  ++g.nvml_initialized;
   return nvml_success;
 }
 
 int nvml_shutdown() {
   state& g = global();
   std::lock_guard<std::recursive_mutex> lock(g.mutex);
-  if (initialized == 0) return nvml_uninitialized;
-  --initialized;
+  ++g.nvml_calls[shutdown];
+  if (g.nvml_initialized == 0) return nvml_uninitialized;
+  --g.nvml_initialized;
   return nvml_success;
 }
 
 // Bus ids as cudaDeviceProp gives them for the simulated devices: domain 0, bus = device index,
 // device 0 ("00000000:01:00.0" is device 1).
 int nvml_by_bus_id(const char* bus_id, void** device) {
-  if (bus_id == nullptr || device == nullptr) return nvml_invalid_argument;
   state& g = global();
   std::lock_guard<std::recursive_mutex> lock(g.mutex);
-  if (initialized == 0) return nvml_uninitialized;
+  ++g.nvml_calls[by_bus_id];
+  if (bus_id == nullptr || device == nullptr) return nvml_invalid_argument;
+  if (g.nvml_initialized == 0) return nvml_uninitialized;
   unsigned domain = 0;
   unsigned bus = 0;
   unsigned dev = 0;
@@ -76,10 +90,11 @@ int nvml_by_bus_id(const char* bus_id, void** device) {
 }
 
 int nvml_processes(void* device, unsigned int* count, process_info* infos) {
-  if (count == nullptr) return nvml_invalid_argument;
   state& g = global();
   std::lock_guard<std::recursive_mutex> lock(g.mutex);
-  if (initialized == 0) return nvml_uninitialized;
+  ++g.nvml_calls[processes];
+  if (count == nullptr) return nvml_invalid_argument;
+  if (g.nvml_initialized == 0) return nvml_uninitialized;
   device_state* d = find_device(g, index_of(device));
   if (d == nullptr) return nvml_invalid_argument;
   const std::size_t free_bytes = device_free_bytes(g, *d);
@@ -100,6 +115,11 @@ int nvml_processes(void* device, unsigned int* count, process_info* infos) {
 }
 
 const char* nvml_error_string(int result) {
+  {
+    state& g = global();
+    std::lock_guard<std::recursive_mutex> lock(g.mutex);
+    ++g.nvml_calls[error_string];
+  }
   switch (result) {
     case nvml_success:
       return "Success";
@@ -107,17 +127,35 @@ const char* nvml_error_string(int result) {
       return "Uninitialized";
     case nvml_invalid_argument:
       return "Invalid Argument";
+    case nvml_no_permission:
+      return "Insufficient Permissions";
     case nvml_not_found:
       return "Not Found";
     case nvml_insufficient_size:
       return "Insufficient Size";
+    case nvml_driver_not_loaded:
+      return "Driver Not Loaded";
     default:
       return "Unknown Error";
   }
 }
 
 }  // namespace
+
+std::size_t* nvml_call_counter(state& g, const char* name) {
+  for (std::size_t i = 0; i < std::size(nvml_names); ++i)
+    if (std::strcmp(nvml_names[i], name) == 0) return &g.nvml_calls[i];
+  return nullptr;
+}
+
 }  // namespace cuscope::sim::detail
+
+extern "C" unsigned long long cuscope_sim_nvml_process() {
+  using namespace cuscope::sim::detail;
+  state& g = global();
+  std::lock_guard<std::recursive_mutex> lock(g.mutex);
+  return g.generation;
+}
 
 extern "C" void* cuscope_sim_nvml_symbol(const char* name) {
   using namespace cuscope::sim::detail;

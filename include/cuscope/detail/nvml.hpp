@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // What NVML, the library behind nvidia-smi, says a process uses on a device. NVML is loaded at run
 // time (dlopen of libnvidia-ml.so.1, which the driver installs): no link or install dependency,
-// and "unavailable" where it is absent. A program linked with the simulated device gets the
-// simulation's own NVML answer instead (docs/simulated-device.md, "NVML").
+// and "unavailable" where it is absent. It is loaded and initialized once per process, at the
+// first query, and stays so until the process ends (connection, current()). A program linked with
+// the simulated device gets the simulation's own NVML answer instead (docs/simulated-device.md,
+// "NVML").
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -12,6 +15,7 @@
 
 #if defined(__unix__) || defined(__APPLE__)
 #  include <dlfcn.h>
+#  include <sched.h>  // sched_yield
 #  include <unistd.h>
 #  define CUSCOPE_DETAIL_HAS_DLOPEN 1
 #else
@@ -19,9 +23,11 @@
 #endif
 
 #if CUSCOPE_DETAIL_HAS_DLOPEN && (defined(__GNUC__) || defined(__clang__))
-// Defined by the simulated runtime (cuscope::sim): the NVML entry points of the simulated
-// devices, by name. Weak: null in a program that does not link the simulation.
+// Defined by the simulated runtime (cuscope::sim), weak: null in a program that does not link the
+// simulation. The NVML entry points of the simulated devices, by name; and the simulated process
+// they belong to, a number that sim::reset changes (NVML is loaded again for a fresh one).
 extern "C" __attribute__((weak)) void* cuscope_sim_nvml_symbol(const char* name);
+extern "C" __attribute__((weak)) unsigned long long cuscope_sim_nvml_process();
 #  define CUSCOPE_DETAIL_HAS_SIM_NVML 1
 #else
 #  define CUSCOPE_DETAIL_HAS_SIM_NVML 0
@@ -55,6 +61,8 @@ struct answer {
   std::string source;  // where the answer came from, or why there is none
 };
 
+// The NVML library: libnvidia-ml.so.1, or the simulated devices' NVML. Unloaded (dlclose) when
+// destroyed; the connection below never destroys its own.
 class library {
  public:
   library() {
@@ -116,15 +124,6 @@ class library {
   bool sim_ = false;
   std::string source_;
 };
-
-inline std::string describe(const library& lib, const char* what, return_t status) {
-  using error_string_fn = const char* (*)(return_t);
-  const auto text = lib.function<error_string_fn>("nvmlErrorString");
-  std::string s =
-      "unavailable: " + std::string(what) + " failed with NVML error " + std::to_string(status);
-  if (text != nullptr && text(status) != nullptr) s += " (" + std::string(text(status)) + ")";
-  return s;
-}
 
 // NVML's records of a device's processes. Plain arrays of plain structures rather than
 // std::vector, whose members every translation unit that includes cuscope would instantiate.
@@ -190,69 +189,161 @@ void tally(const process_list<Info>& list, unsigned int pid, answer& a) {
   }
 }
 
-// What NVML says the process pid uses on the device with PCI bus id bus_id
-// ("00000000:65:00.0").
-inline answer process_usage(const std::string& bus_id, unsigned int pid) {
-  answer a;
-  const library lib;
-  a.source = lib.source();
-  if (!lib.loaded()) return a;
-  using init_fn = return_t (*)();
-  using shutdown_fn = return_t (*)();
-  using by_bus_fn = return_t (*)(const char*, device_t*);
-  using query_v2_fn = return_t (*)(device_t, unsigned int*, process_info_v2*);
-  using query_v1_fn = return_t (*)(device_t, unsigned int*, process_info_v1*);
-  const auto init = lib.function<init_fn>("nvmlInit_v2");
-  const auto shutdown = lib.function<shutdown_fn>("nvmlShutdown");
-  auto by_bus = lib.function<by_bus_fn>("nvmlDeviceGetHandleByPciBusId_v2");
-  if (by_bus == nullptr) by_bus = lib.function<by_bus_fn>("nvmlDeviceGetHandleByPciBusId");
-  if (init == nullptr || shutdown == nullptr || by_bus == nullptr) {
-    a.source = "unavailable: " + a.source + " lacks nvmlInit_v2 or nvmlDeviceGetHandleByPciBusId";
-    return a;
-  }
-  return_t r = init();
-  if (r != success) {
-    a.source = describe(lib, "nvmlInit_v2", r);
-    return a;
-  }
-  device_t device = nullptr;
-  r = by_bus(bus_id.c_str(), &device);
-  if (r != success) {
-    a.source = describe(lib, ("nvmlDeviceGetHandleByPciBusId(" + bus_id + ")").c_str(), r);
-    (void)shutdown();
-    return a;
-  }
-  // The newest query first: the older ones do not list processes in MIG instances.
-  process_list<process_info_v2> list;
-  process_list<process_info_v1> list_v1;
-  bool v1 = false;
-  r = -1;
-  const char* used_query = nullptr;
+using init_fn = return_t (*)();
+using error_string_fn = const char* (*)(return_t);
+using by_bus_fn = return_t (*)(const char*, device_t*);
+using query_v2_fn = return_t (*)(device_t, unsigned int*, process_info_v2*);
+using query_v1_fn = return_t (*)(device_t, unsigned int*, process_info_v1*);
+
+// NVML as this process uses it: the library loaded, nvmlInit_v2 called and the entry points that
+// process_usage calls found, once. Never destroyed (current() keeps every one it made), so the
+// library is never unloaded and NVML never shut down: see current().
+struct connection {
+  unsigned long long process = 0;        // the simulated process it serves; 0 for a real one
+  const connection* previous = nullptr;  // the one it replaced, which a query may still use
+  const library* lib = nullptr;
+  bool ready = false;  // loaded and initialized, with the entry points process_usage calls
+  std::string source;  // where the answers come from, or why there are none
+  error_string_fn error_string = nullptr;
+  by_bus_fn by_bus = nullptr;
+  query_v2_fn query = nullptr;  // the _v3 or _v2 query: these list processes in MIG instances
+  query_v1_fn query_v1 = nullptr;
+  const char* query_name = nullptr;
+};
+
+inline std::string describe(const connection& c, const std::string& what, return_t status) {
+  std::string s = "unavailable: " + what + " failed with NVML error " + std::to_string(status);
+  const char* text = c.error_string != nullptr ? c.error_string(status) : nullptr;
+  if (text != nullptr) s += " (" + std::string(text) + ")";
+  return s;
+}
+
+// Fills c: loads (c.lib), finds the entry points, initializes. Throws std::bad_alloc only; every
+// other failure is remembered in c.source.
+inline void connect(connection& c) {
+  c.source = c.lib->source();
+  if (!c.lib->loaded()) return;
+  const auto init = c.lib->function<init_fn>("nvmlInit_v2");
+  c.error_string = c.lib->function<error_string_fn>("nvmlErrorString");
+  c.by_bus = c.lib->function<by_bus_fn>("nvmlDeviceGetHandleByPciBusId_v2");
+  if (c.by_bus == nullptr) c.by_bus = c.lib->function<by_bus_fn>("nvmlDeviceGetHandleByPciBusId");
   for (const char* name :
        {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"}) {
-    if (const auto q = lib.function<query_v2_fn>(name)) {
-      r = processes(q, device, list);
-      used_query = name;
+    if ((c.query = c.lib->function<query_v2_fn>(name)) != nullptr) {
+      c.query_name = name;
       break;
     }
   }
-  if (used_query == nullptr) {
-    if (const auto q = lib.function<query_v1_fn>("nvmlDeviceGetComputeRunningProcesses")) {
-      r = processes(q, device, list_v1);
-      v1 = true;
-      used_query = "nvmlDeviceGetComputeRunningProcesses";
+  if (c.query == nullptr) {
+    c.query_v1 = c.lib->function<query_v1_fn>("nvmlDeviceGetComputeRunningProcesses");
+    if (c.query_v1 != nullptr) c.query_name = "nvmlDeviceGetComputeRunningProcesses";
+  }
+  if (init == nullptr || c.by_bus == nullptr) {
+    c.source = "unavailable: " + c.source + " lacks nvmlInit_v2 or nvmlDeviceGetHandleByPciBusId";
+    return;
+  }
+  if (c.query_name == nullptr) {
+    c.source = "unavailable: " + c.source + " lacks nvmlDeviceGetComputeRunningProcesses";
+    return;
+  }
+  const return_t r = init();
+  if (r != success) {
+    c.source = describe(c, "nvmlInit_v2", r);
+    return;
+  }
+  c.ready = true;
+}
+
+// Loads NVML and initializes it, for current(). Throws std::bad_alloc only; every other failure
+// is remembered in the connection's source.
+inline const connection* connect(unsigned long long process, const connection* previous) {
+  auto* c = new connection;
+  try {
+    c->process = process;
+    c->previous = previous;
+    c->lib = new library;
+    connect(*c);
+  } catch (...) {
+    delete c->lib;
+    delete c;
+    throw;
+  }
+  return c;
+}
+
+// The process's NVML connection, made by the first query (of any thread) and kept: one dlopen and
+// one nvmlInit_v2 per process, instead of a load, an initialization and a shutdown per query,
+// which are the expensive part of asking NVML and wait on each other across threads
+// (docs/observability.md, "What asking NVML costs, and how cuscope holds it"). The first caller
+// connects while the others wait (yielding); after that a query reads one atomic pointer. A failure
+// to load or initialize is remembered with its reason and not retried: NVML that appears while a
+// process runs (a driver installed under it) is found by the next process.
+//
+// Never shut down, never unloaded. NVML counts initializations (nvmlShutdown only shuts down when
+// the count reaches zero), so the code around cuscope may init and shut down its own use of it
+// as before. An nvmlShutdown at exit (from a static destructor or atexit) could run while another
+// thread is still in a query, which is a use after free inside NVML; so NVML stays initialized
+// until the process ends, as it does in a process that is killed, which no NVML user can avoid
+// and the driver copes with. Nor is the library unloaded: a dlclose after nvmlInit_v2 without
+// nvmlShutdown was seen to break cuda-checkpoint's lock of the process (docs/observability.md).
+//
+// A program linked with the simulated device connects once per simulated process: sim::reset
+// starts a fresh one, whose NVML is not initialized; the connections of earlier ones are kept.
+inline const connection& current() {
+  static std::atomic<const connection*> latest{nullptr};
+  static std::atomic<bool> connecting{false};
+  unsigned long long process = 0;
+#if CUSCOPE_DETAIL_HAS_SIM_NVML
+  if (cuscope_sim_nvml_symbol != nullptr)
+    process = cuscope_sim_nvml_process != nullptr ? cuscope_sim_nvml_process() : 1;
+#endif
+  for (;;) {
+    const connection* c = latest.load(std::memory_order_acquire);
+    if (c != nullptr && c->process == process) return *c;
+    if (!connecting.exchange(true, std::memory_order_acquire)) {
+      c = latest.load(std::memory_order_acquire);
+      if (c == nullptr || c->process != process) {
+        try {
+          c = connect(process, c);
+        } catch (...) {
+          connecting.store(false, std::memory_order_release);
+          throw;
+        }
+        latest.store(c, std::memory_order_release);
+      }
+      connecting.store(false, std::memory_order_release);
+      return *c;
     }
+#if CUSCOPE_DETAIL_HAS_DLOPEN
+    (void)sched_yield();  // another thread is loading NVML
+#endif
   }
-  if (used_query == nullptr) {
-    a.source = "unavailable: " + a.source + " lacks nvmlDeviceGetComputeRunningProcesses";
-  } else if (r != success) {
-    a.source = describe(lib, used_query, r);
-  } else if (v1) {
-    tally(list_v1, pid, a);
+}
+
+// What NVML says the process pid uses on the device with PCI bus id bus_id
+// ("00000000:65:00.0"). The device's handle is looked up at each query (a lookup in NVML's table
+// of devices it has attached).
+inline answer process_usage(const std::string& bus_id, unsigned int pid) {
+  answer a;
+  const connection& nv = current();
+  a.source = nv.source;
+  if (!nv.ready) return a;
+  device_t device = nullptr;
+  return_t r = nv.by_bus(bus_id.c_str(), &device);
+  if (r != success) {
+    a.source = describe(nv, "nvmlDeviceGetHandleByPciBusId(" + bus_id + ")", r);
+    return a;
+  }
+  if (nv.query != nullptr) {
+    process_list<process_info_v2> list;
+    r = processes(nv.query, device, list);
+    if (r == success) tally(list, pid, a);
   } else {
-    tally(list, pid, a);
+    process_list<process_info_v1> list;
+    r = processes(nv.query_v1, device, list);
+    if (r == success) tally(list, pid, a);
   }
-  (void)shutdown();
+  if (r != success) a.source = describe(nv, nv.query_name, r);
   return a;
 }
 

@@ -35,6 +35,10 @@ struct device_config {
   /// @brief Whether the devices answer NVML queries (what nvidia-smi shows); without it, cuscope
   /// reports NVML as unavailable.
   bool nvml = true;
+  /// @brief NVML error code that nvmlInit_v2 returns (0: it succeeds), as where the driver is not
+  /// loaded (9, NVML_ERROR_DRIVER_NOT_LOADED) or the user may not talk to it (4,
+  /// NVML_ERROR_NO_PERMISSION); NVML's other queries then answer NVML_ERROR_UNINITIALIZED.
+  int nvml_init_error = 0;
   /// cudaFree first runs the device's enqueued work, as CUDA drivers long did without promising
   /// it. Off: cudaFree frees at once, and work enqueued before it that touches the memory faults.
   bool free_synchronizes = false;
@@ -81,7 +85,10 @@ void clear_faults();
 /// @brief Number of runtime calls since the last reset (error queries are not counted).
 [[nodiscard]] std::size_t call_count();
 
-/// @brief Number of calls of the named runtime function since the last reset.
+/// @brief Number of calls of the named runtime function, or simulated NVML function
+/// ("nvmlInit_v2", "nvmlShutdown", "nvmlDeviceGetHandleByPciBusId_v2",
+/// "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlErrorString"), since the last reset. NVML's
+/// calls are not runtime calls: call_count() leaves them out.
 /// @throws std::invalid_argument when api is not a simulated function.
 [[nodiscard]] std::size_t call_count(const char* api);
 
