@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cuscope/detail/ledger.hpp>
@@ -591,6 +592,114 @@ TEST_CASE("session: allocate and deallocate count raw memory against the budget 
   CHECK_THROWS_AS(work.allocate(s, MiB), std::logic_error);
   work.deallocate(s, leaked, MiB);  // a leak may still be returned through the session
   s.synchronize();
+}
+
+TEST_CASE(
+    "session: deallocate finds each of thousands of live allocations, in any order, from "
+    "any thread",
+    "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session work(pool, s, "many");
+  constexpr std::size_t n = 3000;
+  struct live {
+    void* ptr;
+    std::size_t bytes;
+  };
+  std::vector<live> all;
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t bytes = 256 + (i % 7) * 512;
+    all.push_back({work.allocate(s, bytes), bytes});
+    total += bytes;
+  }
+  CHECK(work.live_allocations() == n);
+  CHECK(work.live_bytes() == total);
+  std::mt19937 rng(7);
+  std::shuffle(all.begin(), all.end(), rng);
+
+  // A third freed here, in random order; one of them freed twice.
+  for (std::size_t i = 0; i < n / 3; ++i)
+    work.deallocate(s, all[i].ptr, all[i].bytes);
+  CHECK_THROWS_WITH(work.deallocate(s, all[0].ptr, all[0].bytes),
+                    contains("not live memory from this session's allocate()"));
+
+#if CUSCOPE_TEST_SIMULATED
+  // A free that fails leaves its allocation live, and a later one finds it.
+  const live failing = all[n / 3];
+  cuscope::sim::fail_api("cudaFreeAsync", 1, cudaErrorInvalidValue);
+  CHECK_THROWS_AS(work.deallocate(s, failing.ptr, failing.bytes), cuscope::cuda_error);
+  cuscope::sim::clear_faults();
+#endif
+  CHECK(work.live_allocations() == n - n / 3);
+
+  // The rest on two threads, each freeing what is at even or odd places.
+  std::atomic<std::size_t> errors{0};
+  auto free_every_other = [&](std::size_t first) {
+    for (std::size_t i = n / 3 + first; i < n; i += 2) {
+      try {
+        work.deallocate(s, all[i].ptr, all[i].bytes);
+      } catch (...) {
+        errors.fetch_add(1);
+      }
+    }
+  };
+  std::thread a(free_every_other, 0);
+  std::thread b(free_every_other, 1);
+  a.join();
+  b.join();
+  CHECK(errors.load() == 0);
+  CHECK(work.live_allocations() == 0);
+  CHECK(work.live_bytes() == 0);
+  const session_report& r = work.finish();
+  CHECK_FALSE(r.leaked());
+  CHECK(r.allocations == n);
+  CHECK(r.frees == n);
+}
+
+TEST_CASE("pointer_index: every entry found once, whatever the order, with colliding addresses",
+          "[session]") {
+  using cuscope::detail::ledger_record;
+  constexpr std::size_t n = 20000;
+  std::vector<ledger_record> records(n);
+  cuscope::detail::pointer_index index;
+  std::size_t scans = 0;
+  auto scan = [&] {
+    ++scans;
+    return static_cast<ledger_record*>(nullptr);
+  };
+  // Addresses as a pool hands them out: aligned to 512 bytes, in runs, with gaps.
+  auto address = [](std::size_t i) {
+    return reinterpret_cast<const void*>(std::uintptr_t{0x7f0000000000} + (i / 64) * (1u << 20) +
+                                         (i % 64) * 512);
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    records[i].ptr.store(address(i));
+    records[i].by_pointer.store(true);
+    index.insert(address(i), &records[i]);
+  }
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i)
+    order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937(11));
+  std::size_t wrong = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t i = order[k];
+    if (index.take(address(i), scan) != &records[i]) ++wrong;
+    if (records[i].ptr.load() != nullptr) ++wrong;
+    if (k % 3 == 0 && index.take(address(i), scan) != nullptr) ++wrong;  // taken already
+  }
+  CHECK(wrong == 0);
+  CHECK(index.take(address(n + 1), scan) == nullptr);
+  CHECK(scans == 0);  // never incomplete
+  // An entry whose record moved on to another address is dropped, not returned.
+  records[0].ptr.store(address(0));
+  index.insert(address(0), &records[0]);
+  records[0].ptr.store(address(1));
+  CHECK(index.take(address(0), scan) == nullptr);
+  records[0].ptr.store(address(0));
+  CHECK(index.take(address(0), scan) == nullptr);  // the entry went with the last look
 }
 
 TEST_CASE("session: raw pool memory that outlives the session is reported as an untracked leak",

@@ -67,6 +67,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 # For each peer path, the cuscope path it is compared with (the ratio of added instructions).
 COUNTERPART = {
+    "session_allocate_4k_live": "session_allocate",
     "rmm_resource": "pool",
     "rmm_buffer": "buffer",
     "rmm_statistics_buffer": "session",

@@ -216,6 +216,32 @@ HOST_COST_MEASURED void host_cost_session_pairs(cuscope::session& session, std::
   }
 }
 
+// Memory a session hands out by pointer (session::allocate, what its adaptors use), freed by
+// pointer: once with nothing else live, once with thousands of other allocations live in the
+// session (the free looks its record up by address).
+inline __attribute__((always_inline)) void session_allocate_pairs(cuscope::session& session,
+                                                                  cuscope::stream_ref stream,
+                                                                  std::size_t bytes,
+                                                                  std::size_t pairs) {
+  for (std::size_t i = 0; i < pairs; ++i) {
+    void* p = session.allocate(stream, bytes);
+    session.deallocate(stream, p, bytes);
+  }
+}
+
+HOST_COST_MEASURED void host_cost_session_allocate_pairs(cuscope::session& session,
+                                                         cuscope::stream_ref stream,
+                                                         std::size_t bytes, std::size_t pairs) {
+  session_allocate_pairs(session, stream, bytes, pairs);
+}
+
+HOST_COST_MEASURED void host_cost_session_allocate_4k_live_pairs(cuscope::session& session,
+                                                                 cuscope::stream_ref stream,
+                                                                 std::size_t bytes,
+                                                                 std::size_t pairs) {
+  session_allocate_pairs(session, stream, bytes, pairs);
+}
+
 HOST_COST_MEASURED void host_cost_pool_resource_pairs(cuscope::pool_resource& r,
                                                       ::cuda::stream_ref stream, std::size_t bytes,
                                                       std::size_t pairs) {
@@ -389,6 +415,8 @@ const std::vector<function_info>& functions() {
     {"pool", "cuscope memory_pool::allocate + deallocate", 1},
     {"buffer", "cuscope device_buffer<std::byte>", 1},
     {"session", "cuscope session::make_buffer<std::byte> (counted, leak-checked)", 1},
+    {"session_allocate", "cuscope session::allocate + deallocate (freed by pointer)", 1},
+    {"session_allocate_4k_live", "the same, with 4096 other allocations live in the session", 1},
 #if HOST_COST_CCCL_31
     {"pool_resource", "cuscope pool_resource::allocate + deallocate (stream first)", 1},
     {"pool_resource_ref", "cuscope pool_resource behind cuda::mr::resource_ref", 1},
@@ -435,6 +463,9 @@ struct fixture {
       {thread_pools[1], thread_streams[1], "host cost, thread 1"}};
   cuscope::memory_pool shared_pool;
   cuscope::session shared_session{shared_pool, stream, "host cost, shared"};
+  cuscope::memory_pool live_pool;
+  cuscope::session live_session{live_pool, stream, "host cost, 4096 live"};
+  std::vector<void*> live;  // live_session's other allocations, made on first use
   cuscope::thrust_allocator<std::byte> thrust_alloc{stream, pool};
   minimal_thrust_allocator<std::byte> thrust_minimal{pool.get(), stream.get()};
   std::size_t bytes = 256;
@@ -458,6 +489,12 @@ struct fixture {
       host_cost_buffer_pairs(pool, stream, bytes, pairs);
     } else if (f == "session") {
       host_cost_session_pairs(session, bytes, pairs);
+    } else if (f == "session_allocate") {
+      host_cost_session_allocate_pairs(resource_session, stream, bytes, pairs);
+    } else if (f == "session_allocate_4k_live") {
+      while (live.size() < 4096)
+        live.push_back(live_session.allocate(stream, bytes));
+      host_cost_session_allocate_4k_live_pairs(live_session, stream, bytes, pairs);
     } else if (f == "pool_resource") {
       host_cost_pool_resource_pairs(resource, s, bytes, pairs);
     } else if (f == "pool_resource_ref") {
@@ -524,13 +561,15 @@ struct fixture {
   }
 
   int finish() {
+    for (void* p : live)
+      live_session.deallocate(stream, p, bytes);
     synchronize();
     int failures = 0;
-    for (cuscope::session* s :
-         {&session, &resource_session, &thread_sessions[0], &thread_sessions[1], &shared_session})
+    for (cuscope::session* s : {&session, &resource_session, &thread_sessions[0],
+                                &thread_sessions[1], &shared_session, &live_session})
       if (s->finish().leaked()) ++failures;
     for (const cuscope::memory_pool* p :
-         {&pool, &session_pool, &thread_pools[0], &thread_pools[1], &shared_pool})
+         {&pool, &session_pool, &thread_pools[0], &thread_pools[1], &shared_pool, &live_pool})
       if (p->stats().used_bytes != 0) ++failures;
 #if CUSCOPE_PEER_RMM
     if (rmm_statistics.get_bytes_counter().value != 0) ++failures;

@@ -338,7 +338,7 @@ CUSCOPE_DETAIL_NOINLINE inline void free_discharged_nothrow(void* ptr, std::size
   if (ptr == nullptr) return;
   ledger_record* const record = accounting->find(ptr);
   if (!free_async_nothrow(ptr, stream, pool.device(), bytes)) {
-    if (record != nullptr) record->ptr.store(ptr, std::memory_order_release);  // still live
+    if (record != nullptr) accounting->restore(*record, ptr);  // still live
     return;
   }
   if (recorder_hook* h = accounting->hook())

@@ -791,7 +791,7 @@ inline void session::deallocate(stream_ref stream, void* ptr, std::size_t bytes)
   try {
     pool_.deallocate(stream, ptr, bytes);
   } catch (...) {
-    record->ptr.store(ptr, std::memory_order_release);  // still live
+    ledger_->restore(*record, ptr);  // still live
     throw;
   }
   if (recorder_ != nullptr && !records_pool())

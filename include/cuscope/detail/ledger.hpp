@@ -421,6 +421,156 @@ inline void ledger_stripe::own(const thread_identity& me, thread_token* t) noexc
   owner_source.store(me.source, std::memory_order_relaxed);
 }
 
+/// The live allocations of a ledger that are freed by pointer (session::allocate, the adaptors),
+/// by address, so that a free finds its record in constant time however many are live: shards of
+/// open-addressing tables (linear probing), each under a spin lock of its own, chosen by the
+/// address. Only by-pointer allocations and their frees pay for it. Should a table fail to grow
+/// (std::bad_alloc), its shard is marked incomplete and lookups there also scan the records.
+class pointer_index {
+ public:
+  pointer_index() noexcept = default;
+  pointer_index(const pointer_index&) = delete;
+  pointer_index& operator=(const pointer_index&) = delete;
+  ~pointer_index() {
+    for (shard& s : shards_)
+      delete[] s.slots;
+  }
+
+  /// Indexes r, live at ptr (its ptr already stored). Does not throw.
+  void insert(const void* ptr, ledger_record* r) noexcept {
+    const std::uint64_t h = hash(ptr);
+    shard& s = shards_[h >> (64 - shard_bits)];
+    s.lock();
+    s.insert(ptr, r, h);
+    s.unlock();
+  }
+
+  /// Takes the record indexed at ptr that is live at ptr and freed by pointer: its ptr set to
+  /// nullptr and its entry removed, so that no other free by pointer takes it; nullptr when there
+  /// is none. scan: how to look through every record when the shard is incomplete (a function
+  /// called with the lock held, returning the record it took or nullptr).
+  template <class Scan>
+  CUSCOPE_DETAIL_HOT_INLINE ledger_record* take(const void* ptr, Scan&& scan) noexcept {
+    const std::uint64_t h = hash(ptr);
+    shard& s = shards_[h >> (64 - shard_bits)];
+    s.lock();
+    ledger_record* r = s.take(ptr, h);
+    if (r == nullptr && s.incomplete) r = scan();
+    s.unlock();
+    return r;
+  }
+
+ private:
+  struct slot {
+    const void* ptr;  // nullptr: empty
+    ledger_record* record;
+  };
+
+  struct alignas(64) shard {
+    std::atomic<bool> locked{false};
+    bool incomplete = false;
+    slot* slots = nullptr;
+    std::size_t mask = 0;  // capacity - 1 (a power of two), when slots is not nullptr
+    unsigned shift = 64;   // 64 - log2(capacity)
+    std::size_t size = 0;
+
+    void lock() noexcept {
+      for (unsigned spins = 0; locked.exchange(true, std::memory_order_acquire); ++spins) {
+        while (locked.load(std::memory_order_relaxed))
+          spin_pause(spins++);
+      }
+    }
+    void unlock() noexcept { locked.store(false, std::memory_order_release); }
+
+    // The hash's bits below those that chose the shard.
+    std::size_t home(std::uint64_t h) const noexcept {
+      return static_cast<std::size_t>((h << shard_bits) >> shift);
+    }
+
+    void insert(const void* ptr, ledger_record* r, std::uint64_t h) noexcept {
+      if (slots == nullptr || 2 * (size + 1) > mask + 1) {
+        if (!grow()) {
+          incomplete = true;
+          return;
+        }
+      }
+      place(slot{ptr, r}, h);
+      ++size;
+    }
+
+    void place(slot e, std::uint64_t h) noexcept {
+      std::size_t i = home(h);
+      while (slots[i].ptr != nullptr)
+        i = (i + 1) & mask;
+      slots[i] = e;
+    }
+
+    ledger_record* take(const void* ptr, std::uint64_t h) noexcept {
+      if (slots == nullptr) return nullptr;
+      for (std::size_t i = home(h); slots[i].ptr != nullptr;) {
+        if (slots[i].ptr != ptr) {
+          i = (i + 1) & mask;
+          continue;
+        }
+        ledger_record* const r = slots[i].record;
+        erase(i);
+        // Its ptr changes only under this lock once indexed. An entry whose record no longer
+        // holds ptr (taken by a scan) is dropped on the way.
+        if (r->by_pointer.load(std::memory_order_relaxed) &&
+            r->ptr.load(std::memory_order_relaxed) == ptr) {
+          r->ptr.store(nullptr, std::memory_order_release);
+          return r;
+        }
+        // erase() moved a later entry into slot i, if any: look at i again.
+      }
+      return nullptr;
+    }
+
+    // Backward-shift deletion: the entries after i that would no longer be found move up.
+    void erase(std::size_t i) noexcept {
+      std::size_t j = i;
+      for (;;) {
+        j = (j + 1) & mask;
+        if (slots[j].ptr == nullptr) break;
+        const std::size_t k = home(hash(slots[j].ptr));
+        // Entry j stays when its home lies cyclically in (i, j].
+        if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
+        slots[i] = slots[j];
+        i = j;
+      }
+      slots[i] = slot{nullptr, nullptr};
+      --size;
+    }
+
+    CUSCOPE_DETAIL_NOINLINE bool grow() noexcept {
+      const std::size_t capacity = slots == nullptr ? 16 : 2 * (mask + 1);
+      slot* const fresh = new (std::nothrow) slot[capacity]();
+      if (fresh == nullptr) return false;
+      slot* const old = slots;
+      const std::size_t old_capacity = old == nullptr ? 0 : mask + 1;
+      slots = fresh;
+      mask = capacity - 1;
+      shift = 64 - static_cast<unsigned>(__builtin_ctzll(capacity));
+      for (std::size_t i = 0; i < old_capacity; ++i)
+        if (old[i].ptr != nullptr) place(old[i], hash(old[i].ptr));
+      delete[] old;
+      return true;
+    }
+  };
+
+  static constexpr unsigned shard_bits = 3;
+
+  // Fibonacci hashing: the high bits of the product depend on every bit of the address (which
+  // is aligned, to 256 bytes or more from a pool); the top ones choose the shard, the next ones
+  // the slot.
+  static std::uint64_t hash(const void* ptr) noexcept {
+    return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ptr)) *
+           0x9E3779B97F4A7C15ull;
+  }
+
+  shard shards_[1u << shard_bits];
+};
+
 /// Ledgers alive in the process: each is deleted once, when its last holder lets it go (tests
 /// check that it comes back to where it was).
 inline std::atomic<std::size_t>& live_ledgers() noexcept {
@@ -616,6 +766,7 @@ class ledger {
     r.by_pointer.store(!holds_ref, std::memory_order_relaxed);
     r.owner_gen = s.owner_gen;
     r.end_write(odd);
+    if (!holds_ref) index_.insert(ptr, &r);
     const bool ended = begin_op(s);
     ledger_stripe::add(s.made);
     add_bytes(s, bytes);
@@ -697,10 +848,21 @@ class ledger {
 
   /// The record of the live allocation at ptr that is freed by pointer, taken: its ptr set to
   /// nullptr, so that no other free by pointer takes it. Call it before the memory goes back to
-  /// the pool (after that, another thread's allocation may get the address), and store ptr back
-  /// into the record when the free fails; nullptr when there is none.
+  /// the pool (after that, another thread's allocation may get the address), and restore() the
+  /// record when the free fails; nullptr when there is none. Constant time (pointer_index).
   ledger_record* find(const void* ptr) noexcept {
     if (ptr == nullptr) return nullptr;
+    return index_.take(ptr, [this, ptr] { return scan(ptr); });
+  }
+
+  /// A record find() took, whose free failed: live at ptr again, and found again.
+  void restore(ledger_record& r, const void* ptr) noexcept {
+    r.ptr.store(ptr, std::memory_order_release);
+    index_.insert(ptr, &r);
+  }
+
+  /// find() by looking at every record (when the index could not take an entry).
+  CUSCOPE_DETAIL_NOINLINE ledger_record* scan(const void* ptr) noexcept {
     for (ledger_stripe* s = stripes_.load(std::memory_order_acquire); s != nullptr; s = s->next) {
       const std::uint32_t n = s->published.load(std::memory_order_acquire);
       for (std::uint32_t i = 0; i < n; ++i) {
@@ -1103,6 +1265,7 @@ class ledger {
   std::size_t opened_ = 0;
   std::size_t group_reserve_ = 0;
   bool closed_ = false;
+  pointer_index index_;  // the live allocations freed by pointer
 };
 
 /// A counted reference to a ledger, for the adaptors a session hands out (Thrust allocators,
