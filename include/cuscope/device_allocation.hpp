@@ -228,6 +228,9 @@ class device_allocation {
   // counted by accounting (not nullptr).
   void allocate_counted(const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting,
                         const char* tag, call_site site, alloc_policy policy);
+  void allocate_counted_slow(const memory_pool_ref& pool, std::size_t bytes,
+                             detail::ledger* accounting, const char* tag, call_site site,
+                             alloc_policy policy);
   void allocate_budgeted(const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting,
                          const char* tag, call_site site, alloc_policy policy);
 
@@ -258,14 +261,14 @@ CUSCOPE_DETAIL_NOINLINE inline void* accounted_allocate_counted(
   if (accounting->closed()) allocate_after_finish(*accounting, who);
   // What counting needs that may fail comes first: a failure after the pool's allocation would
   // have to free it behind the recorder's back.
-  ledger_record& r = accounting->prepare();
+  // Freed by pointer through the session or the adaptor, which hold the ledger themselves.
+  ledger_record& r =
+      accounting->prepare(bytes, stream.get(), tag != nullptr ? tag : who, file, line, false);
   bool charged = false;
   try {
     charged = accounting->charge(bytes);
     void* const p = pool.allocate(stream, bytes, policy, accounting->recording());
-    // Freed by pointer through the session or the adaptor, which hold the ledger themselves.
-    (void)accounting->enter_prepared(r, p, bytes, stream.get(), tag != nullptr ? tag : who, file,
-                                     line, false);
+    (void)accounting->enter_prepared(r, p, bytes, stream.get(), false);
     return p;
   } catch (...) {
     // The pool counted its refusal in the target's tally, a budget its own in charge().
@@ -362,7 +365,29 @@ inline void device_allocation::set_stream(stream_ref stream) {
   if (ledger_ != nullptr) ledger_->moved_to(stream_, record_);
 }
 
+// What the usual case needs from the ledger is taken inline (prepare_fast), so that nothing but
+// the pool's allocation is called on the way; the rest goes to allocate_counted_slow.
 CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted(
+    const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting, const char* tag,
+    call_site site, alloc_policy policy) {
+  detail::ledger_record* const r =
+      accounting->prepare_fast(bytes, stream_, tag, site.file, site.line);
+  if (r == nullptr) return allocate_counted_slow(pool, bytes, accounting, tag, site, policy);
+  struct guard {
+    detail::ledger_record* r;
+    ~guard() {
+      if (r != nullptr) detail::ledger::unprepare(*r);
+    }
+  } g{r};
+  void* const p =
+      pool.allocate_recorded(stream_ref(stream_), bytes, policy, accounting->recording());
+  record_ = accounting->enter_prepared(*std::exchange(g.r, nullptr), p, bytes, stream_, true, true);
+  data_ = p;
+  bytes_ = bytes;
+  ledger_ = accounting;
+}
+
+CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted_slow(
     const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting, const char* tag,
     call_site site, alloc_policy policy) {
   if (accounting->budgeted()) return allocate_budgeted(pool, bytes, accounting, tag, site, policy);
@@ -373,11 +398,10 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted(
     ~guard() {
       if (r != nullptr) detail::ledger::unprepare(*r);
     }
-  } g{&accounting->prepare()};
+  } g{&accounting->prepare(bytes, stream_, tag, site.file, site.line)};
   void* const p =
       pool.allocate_recorded(stream_ref(stream_), bytes, policy, accounting->recording());
-  record_ = accounting->enter_prepared(*std::exchange(g.r, nullptr), p, bytes, stream_, tag,
-                                       site.file, site.line);
+  record_ = accounting->enter_prepared(*std::exchange(g.r, nullptr), p, bytes, stream_);
   data_ = p;
   bytes_ = bytes;
   ledger_ = accounting;
@@ -386,13 +410,13 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted(
 CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_budgeted(
     const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting, const char* tag,
     call_site site, alloc_policy policy) {
-  detail::ledger_record& s = accounting->prepare();
+  detail::ledger_record& s = accounting->prepare(bytes, stream_, tag, site.file, site.line);
   bool charged = false;
   try {
     charged = accounting->charge(bytes);  // counts its own refusal
     void* const p =
         pool.allocate_recorded(stream_ref(stream_), bytes, policy, accounting->recording());
-    record_ = accounting->enter_prepared(s, p, bytes, stream_, tag, site.file, site.line);
+    record_ = accounting->enter_prepared(s, p, bytes, stream_);
     data_ = p;
     bytes_ = bytes;
     ledger_ = accounting;
@@ -409,7 +433,8 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::free_counted() noexcept {
       h->record_free(device_, pool_, stream_, data_, bytes_);
     else if (detail::any_pool_recorded())
       detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
-    ledger_->discharge(bytes_, record_);
+    // record_ is not nullptr: allocate_counted and adopt_counted made one, owned.
+    if (!ledger_->discharge_owned_fast(bytes_, *record_)) ledger_->discharge_slow(bytes_, record_);
   } else {
     // Still allocated: the session goes on counting it, and names it as a leak.
     ledger_->abandon(record_);

@@ -319,7 +319,7 @@ class pool_base {
   /// event into target's recorder in place: a session's counted allocation, out of line itself.
   [[nodiscard]] CUSCOPE_DETAIL_HOT_INLINE void* allocate_recorded(
       stream_ref stream, std::size_t bytes, alloc_policy policy,
-      detail::record_target target) const {
+      const detail::record_target& target) const {
     if (detail::is_default_stream(stream.get()))
       return allocate_on_device(stream, bytes, policy, target);
     void* p = nullptr;
@@ -385,7 +385,7 @@ class pool_base {
   // allocate() on a default stream, with the pool's device current.
   CUSCOPE_DETAIL_NOINLINE void* allocate_on_device(stream_ref stream, std::size_t bytes,
                                                    alloc_policy policy,
-                                                   detail::record_target target) const;
+                                                   const detail::record_target& target) const;
 
   // The free of deallocate() on a default stream, with the pool's device current.
   CUSCOPE_DETAIL_NOINLINE void deallocate_on_device(stream_ref stream, void* ptr,
@@ -394,7 +394,7 @@ class pool_base {
   // The cold half of allocate(): the retry policy asks for, then the exception.
   CUSCOPE_DETAIL_COLD void* allocate_failed(stream_ref stream, std::size_t bytes,
                                             cudaError_t status, alloc_policy policy,
-                                            detail::record_target target) const {
+                                            const detail::record_target& target) const {
     return pool_allocate_failed(self().handle_, self().device_, &limit_of, &self(), stream, bytes,
                                 status, policy, target);
   }
@@ -708,7 +708,7 @@ void pool_base<Derived>::set_flag(cudaMemPoolAttr attr, bool on) const {
 template <class Derived>
 void* pool_base<Derived>::allocate_on_device(stream_ref stream, std::size_t bytes,
                                              alloc_policy policy,
-                                             detail::record_target target) const {
+                                             const detail::record_target& target) const {
   const stream_device_guard on(stream.get(), self().device_);
   void* p = nullptr;
   const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, checked_handle(), stream.get());

@@ -167,7 +167,7 @@ struct ledger_record {
   ledger_record* next_free = nullptr;   // in a free list
 
   // Writes by the record's holder (one thread at a time): begin_write() returns what
-  // end_write() is given.
+  // end_write() is given (the odd count, which seq also holds until then).
   unsigned begin_write() noexcept {
     const unsigned odd = seq.load(std::memory_order_relaxed) + 1;
     seq.store(odd, std::memory_order_relaxed);
@@ -181,6 +181,8 @@ struct ledger_record {
     for (unsigned tries = 0; tries < 1000; ++tries) {
       const unsigned before = seq.load(std::memory_order_acquire);
       if ((before & 1u) != 0) {
+        // Being prepared for an allocation not made yet (ledger::prepare): not live.
+        if (ptr.load(std::memory_order_relaxed) == nullptr) return false;
         spin_pause(tries);
         continue;
       }
@@ -616,6 +618,7 @@ class ledger {
         stream_(stream),
         budget_(budget_bytes),
         budgeted_(budget_bytes != 0 || (parent != nullptr && parent->budgeted_)),
+        flat_(parent == nullptr && !budgeted_),
         asymmetric_(asymmetric_fences()),
         id_(next_ledger_id(id_source_)),
         name_(std::move(name)),
@@ -728,35 +731,28 @@ class ledger {
   /// growing).
   ledger_record* enter(const void* ptr, std::size_t bytes, cudaStream_t stream, const char* tag,
                        const char* file, unsigned line, bool holds_ref = true) {
-    return enter_prepared(prepare(), ptr, bytes, stream, tag, file, line, holds_ref);
+    return enter_prepared(prepare(bytes, stream, tag, file, line, holds_ref), ptr, bytes, stream,
+                          holds_ref);
   }
 
   /// What enter() needs that may fail, taken before the allocation is made: the calling thread's
   /// stripes here and in every enclosing ledger, and a record out of its free list (so that an
-  /// allocation in between, an out-of-memory handler's, cannot take it); returns the record that
-  /// enter_prepared() is then given, or unprepare() when the allocation is not made. Throws
+  /// allocation in between, an out-of-memory handler's, cannot take it), written with what the
+  /// leak report names (as enter()'s arguments) but not live until enter_prepared() gives it its
+  /// address. Returns the record that enter_prepared() is then given, with the same bytes,
+  /// stream and holds_ref, or unprepare() when the allocation is not made. Throws
   /// std::bad_alloc, changing nothing.
-  CUSCOPE_DETAIL_HOT_INLINE ledger_record& prepare() {
+  CUSCOPE_DETAIL_HOT_INLINE ledger_record& prepare(std::size_t bytes, cudaStream_t stream,
+                                                   const char* tag, const char* file, unsigned line,
+                                                   bool holds_ref = true) {
     ledger_stripe& s = my_stripe();
     for (ledger* l = parent_; l != nullptr; l = l->parent_)
       (void)l->my_stripe();
     s.reserve();
-    return s.take();  // out of the free list: an allocation before enter_prepared() cannot take it
-  }
-
-  /// Gives back what prepare() took, when the allocation was not made (same thread).
-  static void unprepare(ledger_record& r) noexcept { r.stripe->put(r); }
-
-  /// enter() after prepare() returned r, on the same thread; does not throw.
-  CUSCOPE_DETAIL_HOT_INLINE ledger_record* enter_prepared(ledger_record& r, const void* ptr,
-                                                          std::size_t bytes, cudaStream_t stream,
-                                                          const char* tag, const char* file,
-                                                          unsigned line,
-                                                          bool holds_ref = true) noexcept {
-    if (stream != stream_) note_stream(stream);
-    ledger_stripe& s = *r.stripe;
-    const unsigned odd = r.begin_write();
-    r.ptr.store(ptr, std::memory_order_relaxed);
+    ledger_record& r = s.take();  // out of the free list: an allocation until enter_prepared()
+                                  // cannot take it
+    // Written until enter_prepared(): a reader that meets it passes it by (ptr is nullptr).
+    (void)r.begin_write();
     r.bytes.store(bytes, std::memory_order_relaxed);
     r.stream.store(stream, std::memory_order_relaxed);
     r.tag.store(tag, std::memory_order_relaxed);
@@ -765,7 +761,51 @@ class ledger {
     r.holds_ref.store(holds_ref, std::memory_order_relaxed);
     r.by_pointer.store(!holds_ref, std::memory_order_relaxed);
     r.owner_gen = s.owner_gen;
-    r.end_write(odd);
+    return r;
+  }
+
+  /// prepare(bytes, stream, tag, file, line) for the usual case, without a call: a ledger with
+  /// neither a parent nor a budget, the thread's stripe found in its cache and a free record in
+  /// its free list. nullptr when it is not that case (then prepare()). enter_prepared() is then
+  /// given flat = true.
+  CUSCOPE_DETAIL_HOT_INLINE ledger_record* prepare_fast(std::size_t bytes, cudaStream_t stream,
+                                                        const char* tag, const char* file,
+                                                        unsigned line) noexcept {
+    if (!flat_) return nullptr;
+    const stripe_cache_entry& e = this_thread_stripes()[id_ % stripe_cache_size];
+    if (e.ledger != id_ || e.source != id_source_) return nullptr;
+    ledger_stripe& s = *e.stripe;
+    if (s.free_list == nullptr) return nullptr;
+    ledger_record& r = s.take();
+    (void)r.begin_write();
+    r.bytes.store(bytes, std::memory_order_relaxed);
+    r.stream.store(stream, std::memory_order_relaxed);
+    r.tag.store(tag, std::memory_order_relaxed);
+    r.file.store(file, std::memory_order_relaxed);
+    r.line.store(line, std::memory_order_relaxed);
+    r.holds_ref.store(true, std::memory_order_relaxed);
+    r.by_pointer.store(false, std::memory_order_relaxed);
+    r.owner_gen = s.owner_gen;
+    return &r;
+  }
+
+  /// Gives back what prepare() took, when the allocation was not made (same thread).
+  static void unprepare(ledger_record& r) noexcept {
+    r.end_write(r.seq.load(std::memory_order_relaxed));
+    r.stripe->put(r);
+  }
+
+  /// enter() after prepare(bytes, stream, ..., holds_ref) returned r, on the same thread; does
+  /// not throw.
+  /// flat: r came from prepare_fast() (the ledger has no parent).
+  CUSCOPE_DETAIL_HOT_INLINE ledger_record* enter_prepared(ledger_record& r, const void* ptr,
+                                                          std::size_t bytes, cudaStream_t stream,
+                                                          bool holds_ref = true,
+                                                          bool flat = false) noexcept {
+    if (stream != stream_) note_stream(stream);
+    ledger_stripe& s = *r.stripe;
+    r.ptr.store(ptr, std::memory_order_relaxed);
+    r.end_write(r.seq.load(std::memory_order_relaxed));
     if (!holds_ref) index_.insert(ptr, &r);
     const bool ended = begin_op(s);
     ledger_stripe::add(s.made);
@@ -778,6 +818,7 @@ class ledger {
     // After the session's end (allocate_like on one of its buffers), the allocation holds its own
     // reference; the ledger is alive, held by the buffer this one is like.
     if (ended) late(1, holds_ref);
+    if (flat) return &r;
     for (ledger* l = parent_; l != nullptr; l = l->parent_) {
       ledger_stripe& p = *l->cached_stripe();  // made by prepare()
       ledger_stripe::add(p.made);
@@ -834,6 +875,31 @@ class ledger {
       end_remote();
     }
     if (ended) late(~std::size_t{0}, ref);  // last: it may delete this
+  }
+
+  /// discharge(bytes, r), out of line: beside discharge_owned_fast(), which is inlined.
+  CUSCOPE_DETAIL_NOINLINE void discharge_slow(std::size_t bytes, ledger_record* r) noexcept {
+    discharge(bytes, r);
+  }
+
+  /// discharge(bytes, &r) for the usual free of an allocation an object owns (holds_ref), without
+  /// a call: a ledger with neither a parent nor a budget, r made by the calling thread, whose
+  /// stripe is in its cache. false, changing nothing, when it is not that case (then discharge()).
+  CUSCOPE_DETAIL_HOT_INLINE bool discharge_owned_fast(std::size_t bytes,
+                                                      ledger_record& r) noexcept {
+    if (!flat_) return false;
+    ledger_stripe& s = *r.stripe;
+    const stripe_cache_entry& e = this_thread_stripes()[id_ % stripe_cache_size];
+    if (e.ledger != id_ || e.source != id_source_ || e.stripe != &s || r.owner_gen != s.owner_gen)
+      return false;
+    r.ptr.store(nullptr, std::memory_order_release);
+    const bool ended = begin_op(s);
+    ledger_stripe::sub(s.bytes, bytes);
+    if (!ended) ledger_stripe::sub(s.count);
+    s.put(r);
+    end_op(s);
+    if (ended) late(~std::size_t{0}, true);  // last: it may delete this
+    return true;
   }
 
   /// An allocation charged here is now freed on stream (device_allocation::set_stream).
@@ -1232,6 +1298,7 @@ class ledger {
   cudaStream_t stream_;
   std::size_t budget_;
   bool budgeted_;                    // a budget here or in an enclosing ledger
+  bool flat_;                        // no budget, no parent: prepare_fast() may serve
   bool asymmetric_;                  // asymmetric_fences()
   const void* id_source_ = nullptr;  // set with id_
   std::uint64_t id_;
