@@ -485,9 +485,7 @@ class pointer_index {
     void unlock() noexcept { locked.store(false, std::memory_order_release); }
 
     // The hash's bits below those that chose the shard.
-    std::size_t home(std::uint64_t h) const noexcept {
-      return static_cast<std::size_t>((h << shard_bits) >> shift);
-    }
+    std::size_t home(std::uint64_t h) const noexcept { return (h << shard_bits) >> shift; }
 
     void insert(const void* ptr, ledger_record* r, std::uint64_t h) noexcept {
       if (slots == nullptr || 2 * (size + 1) > mask + 1) {
@@ -566,8 +564,7 @@ class pointer_index {
   // is aligned, to 256 bytes or more from a pool); the top ones choose the shard, the next ones
   // the slot.
   static std::uint64_t hash(const void* ptr) noexcept {
-    return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ptr)) *
-           0x9E3779B97F4A7C15ull;
+    return std::uint64_t{reinterpret_cast<std::uintptr_t>(ptr)} * 0x9E3779B97F4A7C15ull;
   }
 
   shard shards_[1u << shard_bits];
@@ -751,16 +748,7 @@ class ledger {
     s.reserve();
     ledger_record& r = s.take();  // out of the free list: an allocation until enter_prepared()
                                   // cannot take it
-    // Written until enter_prepared(): a reader that meets it passes it by (ptr is nullptr).
-    (void)r.begin_write();
-    r.bytes.store(bytes, std::memory_order_relaxed);
-    r.stream.store(stream, std::memory_order_relaxed);
-    r.tag.store(tag, std::memory_order_relaxed);
-    r.file.store(file, std::memory_order_relaxed);
-    r.line.store(line, std::memory_order_relaxed);
-    r.holds_ref.store(holds_ref, std::memory_order_relaxed);
-    r.by_pointer.store(!holds_ref, std::memory_order_relaxed);
-    r.owner_gen = s.owner_gen;
+    describe(r, s, bytes, stream, tag, file, line, holds_ref);
     return r;
   }
 
@@ -777,15 +765,7 @@ class ledger {
     ledger_stripe& s = *e.stripe;
     if (s.free_list == nullptr) return nullptr;
     ledger_record& r = s.take();
-    (void)r.begin_write();
-    r.bytes.store(bytes, std::memory_order_relaxed);
-    r.stream.store(stream, std::memory_order_relaxed);
-    r.tag.store(tag, std::memory_order_relaxed);
-    r.file.store(file, std::memory_order_relaxed);
-    r.line.store(line, std::memory_order_relaxed);
-    r.holds_ref.store(true, std::memory_order_relaxed);
-    r.by_pointer.store(false, std::memory_order_relaxed);
-    r.owner_gen = s.owner_gen;
+    describe(r, s, bytes, stream, tag, file, line, true);
     return &r;
   }
 
@@ -1217,6 +1197,24 @@ class ledger {
     return ended_.load(std::memory_order_seq_cst);
   }
   void end_remote() noexcept { remote_ops_.fetch_sub(1, std::memory_order_release); }
+
+  // prepare()'s writing of r, taken from s, with what the leak report names: its sequence count
+  // stays odd until enter_prepared() stores its address (or unprepare()), and a reader that meets
+  // it meanwhile passes it by (its ptr is nullptr).
+  CUSCOPE_DETAIL_HOT_INLINE static void describe(ledger_record& r, const ledger_stripe& s,
+                                                 std::size_t bytes, cudaStream_t stream,
+                                                 const char* tag, const char* file, unsigned line,
+                                                 bool holds_ref) noexcept {
+    (void)r.begin_write();
+    r.bytes.store(bytes, std::memory_order_relaxed);
+    r.stream.store(stream, std::memory_order_relaxed);
+    r.tag.store(tag, std::memory_order_relaxed);
+    r.file.store(file, std::memory_order_relaxed);
+    r.line.store(line, std::memory_order_relaxed);
+    r.holds_ref.store(holds_ref, std::memory_order_relaxed);
+    r.by_pointer.store(!holds_ref, std::memory_order_relaxed);
+    r.owner_gen = s.owner_gen;
+  }
 
   static void add_bytes(ledger_stripe& s, std::size_t bytes) noexcept {
     const std::size_t live = s.bytes.load(std::memory_order_relaxed) + bytes;
