@@ -305,10 +305,12 @@ struct alignas(64) ledger_stripe {
   }
 
   // Its thread's: changes a count only it writes.
-  static void add(std::atomic<std::size_t>& n, std::size_t by = 1) noexcept {
+  CUSCOPE_DETAIL_HOT_INLINE static void add(std::atomic<std::size_t>& n,
+                                            std::size_t by = 1) noexcept {
     n.store(n.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
   }
-  static void sub(std::atomic<std::size_t>& n, std::size_t by = 1) noexcept {
+  CUSCOPE_DETAIL_HOT_INLINE static void sub(std::atomic<std::size_t>& n,
+                                            std::size_t by = 1) noexcept {
     n.store(n.load(std::memory_order_relaxed) - by, std::memory_order_relaxed);
   }
 };
