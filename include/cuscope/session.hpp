@@ -849,7 +849,23 @@ inline session::session(session* parent, memory_pool_ref pool, stream_ref stream
     listed[i] = options_.streams[i].get();
   ledger_ = new detail::ledger(up, options_.budget_bytes, options_.name, stream_.get(),
                                std::move(listed));
-  if (up != nullptr && (open_at_entry_ = up->open_child(ledger_)) == 0) {
+  // The first of the nested sessions open together reads the pool's reserve for the group, and
+  // resets its peaks (after passing them to the parent), before another can begin beside it.
+  auto first_of_group = [this, up] {
+    const pool_stats entry = pool_.stats();
+    if (options_.reset_peaks) {
+      up->observe(entry.used_high_bytes, entry.reserved_high_bytes);
+      pool_.reset_peaks();
+    }
+    return entry.reserved_bytes;
+  };
+  try {
+    if (up != nullptr) open_at_entry_ = up->open_child(ledger_, first_of_group);
+  } catch (...) {
+    ledger_->end();
+    throw;
+  }
+  if (up != nullptr && open_at_entry_ == 0) {
     ledger_->end();
     throw std::logic_error("cuscope::session '" + options_.name + "': its parent session '" +
                            parent->options_.name + "' has finished");
@@ -875,7 +891,6 @@ inline void session::begin(session* parent) {
   if (up != nullptr) {
     up->observe(entry.used_high_bytes, entry.reserved_high_bytes);
     siblings_at_entry_ = up->children();
-    if (open_at_entry_ == 1) up->set_group_reserve(entry.reserved_bytes);
   }
   report_.reserved_at_entry_bytes = entry.reserved_bytes;
   report_.used_at_entry_bytes = entry.used_bytes;
@@ -885,9 +900,10 @@ inline void session::begin(session* parent) {
     pool_.set_release_threshold(*options_.release_threshold_bytes);
   }
   try {
-    // Beside other nested sessions, a reset would take their peaks from them.
+    // Beside other nested sessions, a reset would take their peaks from them. The first of a
+    // group of nested ones reset them when it registered (open_child).
     if (options_.reset_peaks && open_at_entry_ <= 1) {
-      pool_.reset_peaks();
+      if (up == nullptr) pool_.reset_peaks();
       observe(entry.used_bytes, entry.reserved_bytes);
     } else {
       observe(entry.used_high_bytes, entry.reserved_high_bytes);

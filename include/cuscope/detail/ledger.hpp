@@ -705,7 +705,6 @@ class ledger {
           }
         } while (!l->charged_.compare_exchange_weak(live, live + bytes, std::memory_order_relaxed));
       }
-      raise(l->charged_peak_, live + bytes);
     }
     return true;
   }
@@ -801,6 +800,7 @@ class ledger {
     // reference; the ledger is alive, held by the buffer this one is like.
     if (ended) late(1, holds_ref);
     if (flat) return &r;
+    if (budgeted_) hold(bytes);
     for (ledger* l = parent_; l != nullptr; l = l->parent_) {
       ledger_stripe& p = *l->cached_stripe();  // made by prepare()
       ledger_stripe::add(p.made);
@@ -834,7 +834,7 @@ class ledger {
       }
       if (!freed) l->released_.fetch_add(1, std::memory_order_relaxed);
     }
-    if (budgeted_) uncharge(bytes);
+    if (budgeted_) unhold(bytes);
     if (!freed) released_.fetch_add(1, std::memory_order_relaxed);
     bool ended = false;
     if (local) {
@@ -976,20 +976,18 @@ class ledger {
   // finish while one is open and can name it.
 
   /// Registers child as open in this ledger: the number of open ones with it, 0 when this
-  /// ledger's session has finished.
-  std::size_t open_child(ledger* child) {
+  /// ledger's session has finished. When it is the first of a group (none open), first() is
+  /// called under the lock, before any other nested session can begin and allocate: it returns
+  /// the pool's reserve, which the last of the group trims back to. When first() throws,
+  /// nothing is registered.
+  template <class F>
+  std::size_t open_child(ledger* child, F&& first) {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) return 0;
+    if (children_.empty()) group_reserve_ = first();
     children_.push_back(child);
     ++opened_;
     return children_.size();
-  }
-
-  /// The pool's reserve when the first of the nested sessions open together began: what the last
-  /// of them trims back to.
-  void set_group_reserve(std::size_t bytes) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    group_reserve_ = bytes;
   }
 
   /// The nested session of child has ended. When it was the last one open, calls last with the
@@ -1067,10 +1065,11 @@ class ledger {
     const std::size_t late = late_count_.load(std::memory_order_acquire);
     return sum(&ledger_stripe::count) + sum(&ledger_stripe::nested_count) - remote + late;
   }
-  /// The most bytes live at once. With a budget here or above, the most charged at once (bytes
-  /// taken before the allocation is made count from then); otherwise exact when one thread made
-  /// and freed every allocation, and the sum of each thread's own most (an upper bound) when
-  /// several did: peak_exact() tells which.
+  /// The most bytes live at once. With a budget here or above, exact (counted in the budgets'
+  /// shared counts, once each allocation is made: a request refused after its bytes were checked
+  /// against the budget never counts); otherwise exact when one thread made and freed every
+  /// allocation, and the sum of each thread's own most (an upper bound) when several did:
+  /// peak_exact() tells which.
   std::size_t peak_bytes() const noexcept {
     if (budgeted_) return charged_peak_.load(std::memory_order_relaxed);
     return sum(&ledger_stripe::peak);
@@ -1231,6 +1230,22 @@ class ledger {
       l->charged_.fetch_sub(bytes, std::memory_order_relaxed);
   }
 
+  // An allocation of bytes charged to the budgets is made: held, in each of them, until freed.
+  // The peak of a ledger with a budget counts only what was made, never a request refused after
+  // charge() (by the pool, or by an enclosing budget).
+  CUSCOPE_DETAIL_NOINLINE void hold(std::size_t bytes) noexcept {
+    for (ledger* l = this; l != nullptr && l->budgeted_; l = l->parent_)
+      raise(l->charged_peak_, l->held_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  }
+
+  // The allocation is freed (or released): out of the budgets and of what they hold.
+  CUSCOPE_DETAIL_NOINLINE void unhold(std::size_t bytes) noexcept {
+    for (ledger* l = this; l != nullptr && l->budgeted_; l = l->parent_) {
+      l->held_.fetch_sub(bytes, std::memory_order_relaxed);
+      l->charged_.fetch_sub(bytes, std::memory_order_relaxed);
+    }
+  }
+
   std::size_t sum(const std::atomic<std::size_t> ledger_stripe::*field) const noexcept {
     std::size_t total = 0;
     for (const ledger_stripe* s = stripes_.load(std::memory_order_acquire); s != nullptr;
@@ -1317,11 +1332,12 @@ class ledger {
   std::atomic<std::size_t> remote_count_{0};         // this ledger's allocations, so freed
   std::atomic<std::size_t> remote_nested_count_{0};  // nested ledgers' allocations, so freed
   std::atomic<std::size_t> remote_unowned_{0};       // of remote_count_, those freed by pointer
-  std::atomic<std::size_t> released_{0};    // allocations released to their caller, not freed
-  std::atomic<std::size_t> dropped_{0};     // live allocations whose free failed, before the end
-  std::atomic<std::size_t> late_count_{0};  // allocations made less those freed after the end
-  std::atomic<std::size_t> charged_{0};     // with a budget here or above: bytes charged
-  std::atomic<std::size_t> charged_peak_{0};
+  std::atomic<std::size_t> released_{0};      // allocations released to their caller, not freed
+  std::atomic<std::size_t> dropped_{0};       // live allocations whose free failed, before the end
+  std::atomic<std::size_t> late_count_{0};    // allocations made less those freed after the end
+  std::atomic<std::size_t> charged_{0};       // with a budget here or above: bytes charged
+  std::atomic<std::size_t> held_{0};          // of charged_, the bytes of allocations made
+  std::atomic<std::size_t> charged_peak_{0};  // the most of held_ at once
   std::atomic<std::size_t> observed_used_{0};
   std::atomic<std::size_t> observed_reserved_{0};
   alloc_tally tally_;
