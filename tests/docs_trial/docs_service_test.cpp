@@ -246,8 +246,7 @@ TEST_CASE("inference service: 8 threads, one pool, a session per request with it
 
 // A budgeted session's peak counts what was made: a request refused by the pool, or by an
 // enclosing budget after the request's own budget accepted it, never shows in it.
-TEST_CASE("a refused allocation is not part of a session's peak",
-          "[docs][session][service]") {
+TEST_CASE("a refused allocation is not part of a session's peak", "[docs][session][service]") {
   cuscope::test::device_guard device;
   cuscope::pool_options po;
   po.name = "inference";
