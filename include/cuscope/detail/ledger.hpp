@@ -167,7 +167,7 @@ struct ledger_record {
   ledger_record* next_free = nullptr;   // in a free list
 
   // Writes by the record's holder (one thread at a time): begin_write() returns what
-  // end_write() is given (the odd count, which seq also holds until then).
+  // end_write() is given.
   unsigned begin_write() noexcept {
     const unsigned odd = seq.load(std::memory_order_relaxed) + 1;
     seq.store(odd, std::memory_order_relaxed);
@@ -181,8 +181,6 @@ struct ledger_record {
     for (unsigned tries = 0; tries < 1000; ++tries) {
       const unsigned before = seq.load(std::memory_order_acquire);
       if ((before & 1u) != 0) {
-        // Being prepared for an allocation not made yet (ledger::prepare): not live.
-        if (ptr.load(std::memory_order_relaxed) == nullptr) return false;
         spin_pause(tries);
         continue;
       }
@@ -771,10 +769,7 @@ class ledger {
   }
 
   /// Gives back what prepare() took, when the allocation was not made (same thread).
-  static void unprepare(ledger_record& r) noexcept {
-    r.end_write(r.seq.load(std::memory_order_relaxed));
-    r.stripe->put(r);
-  }
+  static void unprepare(ledger_record& r) noexcept { r.stripe->put(r); }
 
   /// enter() after prepare(bytes, stream, ..., holds_ref) returned r, on the same thread; does
   /// not throw.
@@ -785,8 +780,9 @@ class ledger {
                                                           bool flat = false) noexcept {
     if (stream != stream_) note_stream(stream);
     ledger_stripe& s = *r.stripe;
+    const unsigned odd = r.begin_write();
     r.ptr.store(ptr, std::memory_order_relaxed);
-    r.end_write(r.seq.load(std::memory_order_relaxed));
+    r.end_write(odd);
     if (!holds_ref) index_.insert(ptr, &r);
     const bool ended = begin_op(s);
     ledger_stripe::add(s.made);
@@ -1199,14 +1195,14 @@ class ledger {
   }
   void end_remote() noexcept { remote_ops_.fetch_sub(1, std::memory_order_release); }
 
-  // prepare()'s writing of r, taken from s, with what the leak report names: its sequence count
-  // stays odd until enter_prepared() stores its address (or unprepare()), and a reader that meets
-  // it meanwhile passes it by (its ptr is nullptr).
+  // prepare()'s writing of r, taken from s, with what the leak report names, in one write of its
+  // own: a reader that meets it before enter_prepared() stores its address passes it by (its ptr
+  // is nullptr), and the record is never left being written across the pool's allocation.
   CUSCOPE_DETAIL_HOT_INLINE static void describe(ledger_record& r, const ledger_stripe& s,
                                                  std::size_t bytes, cudaStream_t stream,
                                                  const char* tag, const char* file, unsigned line,
                                                  bool holds_ref) noexcept {
-    (void)r.begin_write();
+    const unsigned odd = r.begin_write();
     r.bytes.store(bytes, std::memory_order_relaxed);
     r.stream.store(stream, std::memory_order_relaxed);
     r.tag.store(tag, std::memory_order_relaxed);
@@ -1215,6 +1211,7 @@ class ledger {
     r.holds_ref.store(holds_ref, std::memory_order_relaxed);
     r.by_pointer.store(!holds_ref, std::memory_order_relaxed);
     r.owner_gen = s.owner_gen;
+    r.end_write(odd);
   }
 
   static void add_bytes(ledger_stripe& s, std::size_t bytes) noexcept {
