@@ -1989,3 +1989,291 @@ TEST_CASE("session: threads take stripes over while the session ends under them"
   s.synchronize();
   CHECK(pool.stats().used_bytes == 0);
 }
+
+namespace {
+// Tags whose text names the size of the allocation they go with: a leak record read whole has
+// bytes == tag_bytes(tag).
+constexpr const char* torn_tags[] = {"1", "2", "3", "4", "5", "6", "7", "8"};
+std::size_t tag_bytes(const char* tag) {
+  return static_cast<std::size_t>(tag[0] - '0') * 256;
+}
+}  // namespace
+
+TEST_CASE("review2: leak records read while threads allocate and free are never torn",
+          "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.name = "torn";
+  o.on_leak = leak_policy::ignore;
+  session work(pool, s, o);
+  std::atomic<bool> stop{false};
+  std::atomic<long> torn{0};
+  std::atomic<long> seen{0};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      std::vector<cuscope::detail::named_record> live;
+      work.accounting()->live_records(live);
+      for (const auto& r : live) {
+        seen.fetch_add(1);
+        if (r.record.tag == nullptr || r.record.bytes != tag_bytes(r.record.tag) ||
+            r.record.ptr == nullptr)
+          torn.fetch_add(1);
+      }
+    }
+  });
+  constexpr int threads = 3;
+  std::vector<std::vector<std::pair<void*, std::size_t>>> handoff(threads);
+  std::mutex m;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t));
+      std::vector<device_buffer<char>> held;
+      for (int i = 0; i < 3000; ++i) {
+        const unsigned k = rng() % 8;
+        const std::size_t bytes = (k + 1) * 256;
+        if (rng() % 2 == 0) {
+          held.push_back(work.make_buffer<char>(bytes, torn_tags[k]));
+          if (held.size() > 16) held.erase(held.begin() + static_cast<long>(rng() % held.size()));
+        } else {
+          void* p = work.allocate(s, bytes, torn_tags[k]);
+          std::pair<void*, std::size_t> other{nullptr, 0};
+          {
+            const std::lock_guard<std::mutex> lock(m);
+            handoff[static_cast<std::size_t>(t)].push_back({p, bytes});
+            auto& next = handoff[static_cast<std::size_t>((t + 1) % threads)];
+            if (!next.empty()) {
+              other = next.back();
+              next.pop_back();
+            }
+          }
+          if (other.first != nullptr) work.deallocate(s, other.first, other.second);
+        }
+      }
+    });
+  for (std::thread& w : workers)
+    w.join();
+  for (auto& h : handoff)
+    for (auto& [p, bytes] : h)
+      work.deallocate(s, p, bytes);
+  stop.store(true);
+  reader.join();
+  UNSCOPED_INFO("records read: " << seen.load());
+  CHECK(seen.load() > 0);
+  CHECK(torn.load() == 0);
+  CHECK(work.live_allocations() == 0);
+  CHECK_FALSE(work.finish().leaked());
+}
+
+namespace {
+struct handler_state {
+  session* work = nullptr;
+  std::optional<device_buffer<char>> outside;
+  void* by_pointer = nullptr;  // freed by the handler, through the session
+  std::size_t reported = 0;    // live records the handler's leak report saw
+  bool reported_in_flight = false;
+};
+
+bool free_and_report_in_handler(const cuscope::out_of_memory_info& info) noexcept {
+  auto* st = static_cast<handler_state*>(info.user);
+  if (!st->outside.has_value()) return false;
+  st->outside.reset();
+  try {
+    st->work->deallocate(st->work->stream(), st->by_pointer, MiB);
+    void* again = st->work->allocate(st->work->stream(), MiB, "handler");
+    st->work->deallocate(st->work->stream(), again, MiB);
+    { auto b = st->work->make_buffer<char>(MiB, "handler buffer"); }
+  } catch (...) {
+    return false;
+  }
+  std::vector<cuscope::detail::named_record> live;
+  st->work->accounting()->live_records(live);
+  st->reported = live.size();
+  for (const auto& r : live)
+    if (r.record.bytes == 64 * MiB) st->reported_in_flight = true;
+  return true;
+}
+}  // namespace
+
+TEST_CASE("review2: an out-of-memory handler frees by pointer and reports through the session",
+          "[session]") {
+  device_guard device;
+  for (int path = 0; path < 2; ++path) {
+    cuscope::pool_options po;
+    po.max_bytes = 128 * MiB;
+    memory_pool pool(po);
+    stream s;
+    handler_state st;
+    st.outside.emplace(s, 96 * MiB, pool);
+    session_options o;
+    o.name = "reentered";
+    session work(pool, s, o);
+    st.work = &work;
+    st.by_pointer = work.allocate(s, MiB, "to free");
+    auto kept = work.make_buffer<char>(MiB, "kept");
+    {
+      const cuscope::scoped_out_of_memory_handler handler(&free_and_report_in_handler, &st);
+      if (path == 0) {
+        auto d = work.make_buffer<char>(64 * MiB);
+        CHECK(work.live_allocations() == 2);
+      } else {
+        void* p = work.allocate(s, 64 * MiB, "big");
+        CHECK(work.live_allocations() == 2);
+        work.deallocate(s, p, 64 * MiB);
+      }
+    }
+    CHECK_FALSE(st.outside.has_value());
+    CHECK(st.reported == 1);  // kept; not the allocation in flight
+    CHECK_FALSE(st.reported_in_flight);
+    kept = {};
+    const session_report& r = work.finish();
+    CHECK_FALSE(r.leaked());
+    CHECK(r.allocations == 5);
+    CHECK(r.frees == 5);
+  }
+}
+
+TEST_CASE("review2: short-lived threads allocate, move and free crosswise while reports read",
+          "[session][concurrency]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  stream other;
+  session_options o;
+  o.name = "churn";
+  o.on_leak = leak_policy::ignore;
+  o.streams = {other};
+  session work(pool, s, o);
+  std::atomic<bool> stop{false};
+  std::atomic<long> torn{0};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      std::vector<cuscope::detail::named_record> live;
+      work.accounting()->live_records(live);
+      for (const auto& r : live)
+        if (r.record.tag == nullptr || r.record.bytes != tag_bytes(r.record.tag) ||
+            r.record.ptr == nullptr)
+          torn.fetch_add(1);
+    }
+  });
+  std::mutex m;
+  std::vector<device_buffer<char>> buffers;             // handed between threads
+  std::vector<std::pair<void*, std::size_t>> pointers;  // likewise
+  for (int round = 0; round < 40; ++round) {
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 3; ++t)
+      ts.emplace_back([&, t, round] {
+        std::mt19937 rng(static_cast<unsigned>(round * 7 + t));
+        for (int i = 0; i < 60; ++i) {
+          const unsigned k = rng() % 8;
+          const std::size_t bytes = (k + 1) * 256;
+          device_buffer<char> freed;
+          std::pair<void*, std::size_t> pfree{nullptr, 0};
+          switch (rng() % 4) {
+            case 0: {
+              auto b = work.make_buffer<char>(bytes, torn_tags[k]);
+              if (rng() % 2 == 0) b.set_stream(other);
+              const std::lock_guard<std::mutex> lock(m);
+              buffers.push_back(std::move(b));
+              break;
+            }
+            case 1: {
+              void* p = work.allocate(s, bytes, torn_tags[k]);
+              const std::lock_guard<std::mutex> lock(m);
+              pointers.push_back({p, bytes});
+              break;
+            }
+            case 2: {
+              const std::lock_guard<std::mutex> lock(m);
+              if (!buffers.empty()) {
+                const std::size_t j = rng() % buffers.size();
+                freed = std::move(buffers[j]);
+                buffers.erase(buffers.begin() + static_cast<long>(j));
+              }
+              break;
+            }
+            default: {
+              const std::lock_guard<std::mutex> lock(m);
+              if (!pointers.empty()) {
+                const std::size_t j = rng() % pointers.size();
+                pfree = pointers[j];
+                pointers.erase(pointers.begin() + static_cast<long>(j));
+              }
+            }
+          }
+          freed = device_buffer<char>();
+          if (pfree.first != nullptr) work.deallocate(s, pfree.first, pfree.second);
+        }
+      });
+    for (std::thread& t : ts)
+      t.join();
+  }
+  std::size_t live_bytes = 0;
+  for (const auto& b : buffers)
+    live_bytes += b.size();
+  for (const auto& p : pointers)
+    live_bytes += p.second;
+  CHECK(work.live_allocations() == buffers.size() + pointers.size());
+  CHECK(work.live_bytes() == live_bytes);
+  buffers.clear();
+  for (const auto& p : pointers)
+    work.deallocate(s, p.first, p.second);
+  stop.store(true);
+  reader.join();
+  CHECK(torn.load() == 0);
+  CHECK(work.live_allocations() == 0);
+  CHECK(work.live_bytes() == 0);
+  CHECK_FALSE(work.finish().leaked());
+}
+
+TEST_CASE("review2: pointer_index agrees with a plain list under colliding, wrapping homes",
+          "[session]") {
+  using cuscope::detail::ledger_record;
+  // The inverse of the index's multiplier modulo 2^64: address = hash * inverse.
+  std::uint64_t inverse = 1;
+  for (int i = 0; i < 6; ++i)
+    inverse *= 2 - 0x9E3779B97F4A7C15ull * inverse;
+  REQUIRE(inverse * 0x9E3779B97F4A7C15ull == 1);
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 200; ++round) {
+    // Hashes in two shards, their slot bits all ones or all zeros (homes at the table's last
+    // and first slot, whatever its size: clusters that wrap around), low bits varied.
+    auto make_hash = [&] {
+      const std::uint64_t shard = rng() % 2;
+      const std::uint64_t slot_bits = (rng() % 2 == 0) ? ~std::uint64_t{0} : std::uint64_t{0};
+      const std::uint64_t jitter = 1 + rng() % 63;  // never the hash of nullptr
+      return (shard << 61) | ((slot_bits << 6) & ((std::uint64_t{1} << 61) - 1)) | jitter;
+    };
+    constexpr std::size_t n = 300;
+    std::vector<ledger_record> records(n);
+    std::vector<const void*> addr(n);
+    std::vector<bool> live(n, false);
+    cuscope::detail::pointer_index index;
+    auto scan = [] { return static_cast<ledger_record*>(nullptr); };
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      addr[i] = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(make_hash() * inverse));
+    for (int op = 0; op < 3000; ++op) {
+      const std::size_t i = rng() % n;
+      // Distinct addresses only: two live records never share one.
+      bool shared = false;
+      for (std::size_t j = 0; j < n; ++j)
+        if (j != i && live[j] && addr[j] == addr[i]) shared = true;
+      if (!live[i] && !shared) {
+        records[i].ptr.store(addr[i]);
+        records[i].by_pointer.store(true);
+        index.insert(addr[i], &records[i]);
+        live[i] = true;
+      } else if (live[i]) {
+        if (index.take(addr[i], scan) != &records[i]) ++wrong;
+        if (index.take(addr[i], scan) != nullptr) ++wrong;
+        live[i] = false;
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i)
+      if (live[i] && index.take(addr[i], scan) != &records[i]) ++wrong;
+    CHECK(wrong == 0);
+  }
+}
