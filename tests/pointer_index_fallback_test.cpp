@@ -37,7 +37,7 @@ using cuscope::stream;
 using cuscope::test::contains;
 using cuscope::test::device_guard;
 
-TEST_CASE("review2: frees by pointer find their allocations when the index cannot grow",
+TEST_CASE("session: frees by pointer find their allocations when the index cannot grow",
           "[session]") {
   device_guard device;
   memory_pool pool;

@@ -1999,7 +1999,7 @@ std::size_t tag_bytes(const char* tag) {
 }
 }  // namespace
 
-TEST_CASE("review2: leak records read while threads allocate and free are never torn",
+TEST_CASE("session: leak records read while threads allocate and free are never torn",
           "[session][concurrency]") {
   device_guard device;
   memory_pool pool;
@@ -2097,7 +2097,7 @@ bool free_and_report_in_handler(const cuscope::out_of_memory_info& info) noexcep
 }
 }  // namespace
 
-TEST_CASE("review2: an out-of-memory handler frees by pointer and reports through the session",
+TEST_CASE("session: an out-of-memory handler frees by pointer and reports through the session",
           "[session]") {
   device_guard device;
   for (int path = 0; path < 2; ++path) {
@@ -2135,7 +2135,7 @@ TEST_CASE("review2: an out-of-memory handler frees by pointer and reports throug
   }
 }
 
-TEST_CASE("review2: short-lived threads allocate, move and free crosswise while reports read",
+TEST_CASE("session: short-lived threads allocate, move and free crosswise while reports read",
           "[session][concurrency]") {
   device_guard device;
   memory_pool pool;
@@ -2228,8 +2228,7 @@ TEST_CASE("review2: short-lived threads allocate, move and free crosswise while 
   CHECK_FALSE(work.finish().leaked());
 }
 
-TEST_CASE("review2: pointer_index agrees with a plain list under colliding, wrapping homes",
-          "[session]") {
+TEST_CASE("pointer_index: agrees with a plain list under colliding, wrapping homes", "[session]") {
   using cuscope::detail::ledger_record;
   // The inverse of the index's multiplier modulo 2^64: address = hash * inverse.
   std::uint64_t inverse = 1;
