@@ -564,7 +564,8 @@ class pointer_index {
   // is aligned, to 256 bytes or more from a pool); the top ones choose the shard, the next ones
   // the slot.
   static std::uint64_t hash(const void* ptr) noexcept {
-    return std::uint64_t{reinterpret_cast<std::uintptr_t>(ptr)} * 0x9E3779B97F4A7C15ull;
+    const std::uint64_t address = reinterpret_cast<std::uintptr_t>(ptr);
+    return address * 0x9E3779B97F4A7C15ull;
   }
 
   shard shards_[1u << shard_bits];
