@@ -16,6 +16,7 @@
 #if defined(__unix__) || defined(__APPLE__)
 #  include <dlfcn.h>
 #  include <sched.h>  // sched_yield
+#  include <time.h>   // nanosleep
 #  include <unistd.h>
 #  define CUSCOPE_DETAIL_HAS_DLOPEN 1
 #else
@@ -275,17 +276,17 @@ inline const connection* connect(unsigned long long process, const connection* p
 // one nvmlInit_v2 per process, instead of a load, an initialization and a shutdown per query,
 // which are the expensive part of asking NVML and wait on each other across threads
 // (docs/observability.md, "What asking NVML costs, and how cuscope holds it"). The first caller
-// connects while the others wait (yielding); after that a query reads one atomic pointer. A failure
-// to load or initialize is remembered with its reason and not retried: NVML that appears while a
-// process runs (a driver installed under it) is found by the next process.
+// connects while the others wait (yielding, then sleeping); after that a query reads one atomic
+// pointer. A failure to load or initialize is remembered with its reason and not retried: NVML that
+// appears while a process runs (a driver installed under it) is found by the next process.
 //
 // Never shut down, never unloaded. NVML counts initializations (nvmlShutdown only shuts down when
 // the count reaches zero), so the code around cuscope may init and shut down its own use of it
 // as before. An nvmlShutdown at exit (from a static destructor or atexit) could run while another
 // thread is still in a query, which is a use after free inside NVML; so NVML stays initialized
-// until the process ends, as it does in a process that is killed, which no NVML user can avoid
-// and the driver copes with. Nor is the library unloaded: a dlclose after nvmlInit_v2 without
-// nvmlShutdown was seen to break cuda-checkpoint's lock of the process (docs/observability.md).
+// until the process ends, as it does in any process that is killed. Nor is the library unloaded: a
+// dlclose after nvmlInit_v2 without nvmlShutdown was seen to break cuda-checkpoint's lock of the
+// process (docs/observability.md).
 //
 // A program linked with the simulated device connects once per simulated process: sim::reset
 // starts a fresh one, whose NVML is not initialized; the connections of earlier ones are kept.
@@ -297,6 +298,7 @@ inline const connection& current() {
   if (cuscope_sim_nvml_symbol != nullptr)
     process = cuscope_sim_nvml_process != nullptr ? cuscope_sim_nvml_process() : 1;
 #endif
+  unsigned tries = 0;
   for (;;) {
     const connection* c = latest.load(std::memory_order_acquire);
     if (c != nullptr && c->process == process) return *c;
@@ -314,8 +316,15 @@ inline const connection& current() {
       connecting.store(false, std::memory_order_release);
       return *c;
     }
+    // Another thread is connecting: yield for a while, then sleep, so that threads waiting for an
+    // nvmlInit_v2 that takes long (or hangs, as some drivers were seen to) do not burn a CPU.
 #if CUSCOPE_DETAIL_HAS_DLOPEN
-    (void)sched_yield();  // another thread is loading NVML
+    if (++tries <= 64) {
+      (void)sched_yield();
+    } else {
+      const timespec millisecond{0, 1000000};
+      (void)nanosleep(&millisecond, nullptr);
+    }
 #endif
   }
 }
