@@ -254,16 +254,35 @@ namespace cuscope {
 
 namespace detail {
 
+// A record prepare() or prepare_fast() took, given back unless release()d (the allocation made).
+struct prepared_record {
+  ledger_record* r;
+  prepared_record(const prepared_record&) = delete;
+  prepared_record& operator=(const prepared_record&) = delete;
+  ~prepared_record() {
+    if (r != nullptr) ledger::unprepare(*r);
+  }
+  ledger_record& release() noexcept { return *std::exchange(r, nullptr); }
+};
+
 // accounted_allocate() for a session's ledger (not nullptr) and bytes > 0, out of line.
 CUSCOPE_DETAIL_NOINLINE inline void* accounted_allocate_counted(
     const memory_pool_ref& pool, stream_ref stream, std::size_t bytes, ledger* accounting,
     const char* who, const char* tag, const char* file, unsigned line, alloc_policy policy) {
   if (accounting->closed()) allocate_after_finish(*accounting, who);
+  const char* const name = tag != nullptr ? tag : who;
+  // Freed by pointer through the session or the adaptor, which hold the ledger themselves.
+  if (ledger_record* const fast =
+          accounting->prepare_fast(bytes, stream.get(), name, file, line, false)) {
+    // The usual case: no budget to charge.
+    prepared_record g{fast};
+    void* const p = pool.allocate(stream, bytes, policy, accounting->recording());
+    (void)accounting->enter_prepared(g.release(), p, bytes, stream.get(), false, true);
+    return p;
+  }
   // What counting needs that may fail comes first: a failure after the pool's allocation would
   // have to free it behind the recorder's back.
-  // Freed by pointer through the session or the adaptor, which hold the ledger themselves.
-  ledger_record& r =
-      accounting->prepare(bytes, stream.get(), tag != nullptr ? tag : who, file, line, false);
+  ledger_record& r = accounting->prepare(bytes, stream.get(), name, file, line, false);
   bool charged = false;
   try {
     charged = accounting->charge(bytes);
@@ -348,7 +367,8 @@ CUSCOPE_DETAIL_NOINLINE inline void free_discharged_nothrow(void* ptr, std::size
     h->record_free(pool.device(), pool.get(), stream, ptr, bytes);
   else if (any_pool_recorded())
     notify_pool_free(pool.device(), pool.get(), stream, ptr, bytes);
-  accounting->discharge(bytes, record);
+  if (record == nullptr || !accounting->discharge_fast(bytes, *record, false))
+    accounting->discharge(bytes, record);
 }
 
 }  // namespace detail
@@ -373,15 +393,10 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted(
   detail::ledger_record* const r =
       accounting->prepare_fast(bytes, stream_, tag, site.file, site.line);
   if (r == nullptr) return allocate_counted_slow(pool, bytes, accounting, tag, site, policy);
-  struct guard {
-    detail::ledger_record* r;
-    ~guard() {
-      if (r != nullptr) detail::ledger::unprepare(*r);
-    }
-  } g{r};
+  detail::prepared_record g{r};
   void* const p =
       pool.allocate_recorded(stream_ref(stream_), bytes, policy, accounting->recording());
-  record_ = accounting->enter_prepared(*std::exchange(g.r, nullptr), p, bytes, stream_, true, true);
+  record_ = accounting->enter_prepared(g.release(), p, bytes, stream_, true, true);
   data_ = p;
   bytes_ = bytes;
   ledger_ = accounting;
@@ -393,15 +408,10 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted_slow(
   if (accounting->budgeted()) return allocate_budgeted(pool, bytes, accounting, tag, site, policy);
   // What counting needs that may fail comes first, so that nothing here needs undoing: the pool
   // counts its refusal in the target's tally.
-  struct guard {
-    detail::ledger_record* r;
-    ~guard() {
-      if (r != nullptr) detail::ledger::unprepare(*r);
-    }
-  } g{&accounting->prepare(bytes, stream_, tag, site.file, site.line)};
+  detail::prepared_record g{&accounting->prepare(bytes, stream_, tag, site.file, site.line)};
   void* const p =
       pool.allocate_recorded(stream_ref(stream_), bytes, policy, accounting->recording());
-  record_ = accounting->enter_prepared(*std::exchange(g.r, nullptr), p, bytes, stream_);
+  record_ = accounting->enter_prepared(g.release(), p, bytes, stream_);
   data_ = p;
   bytes_ = bytes;
   ledger_ = accounting;
@@ -434,7 +444,7 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::free_counted() noexcept {
     else if (detail::any_pool_recorded())
       detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
     // record_ is not nullptr: allocate_counted and adopt_counted made one, owned.
-    if (!ledger_->discharge_owned_fast(bytes_, *record_)) ledger_->discharge_slow(bytes_, record_);
+    if (!ledger_->discharge_fast(bytes_, *record_, true)) ledger_->discharge_slow(bytes_, record_);
   } else {
     // Still allocated: the session goes on counting it, and names it as a leak.
     ledger_->abandon(record_);

@@ -796,7 +796,7 @@ inline void session::deallocate(stream_ref stream, void* ptr, std::size_t bytes)
   }
   if (recorder_ != nullptr && !records_pool())
     recorder_->record_free(pool_.device(), pool_.get(), stream.get(), ptr, bytes);
-  ledger_->discharge(bytes, record);
+  if (!ledger_->discharge_fast(bytes, *record, false)) ledger_->discharge(bytes, record);
 }
 
 inline std::size_t session::live_allocations() const noexcept {

@@ -752,20 +752,21 @@ class ledger {
     return r;
   }
 
-  /// prepare(bytes, stream, tag, file, line) for the usual case, without a call: a ledger with
-  /// neither a parent nor a budget, the thread's stripe found in its cache and a free record in
-  /// its free list. nullptr when it is not that case (then prepare()). enter_prepared() is then
-  /// given flat = true.
+  /// prepare(bytes, stream, tag, file, line, holds_ref) for the usual case, without a call: a
+  /// ledger with neither a parent nor a budget, the thread's stripe found in its cache and a free
+  /// record in its free list. nullptr when it is not that case (then prepare()).
+  /// enter_prepared() is then given flat = true.
   CUSCOPE_DETAIL_HOT_INLINE ledger_record* prepare_fast(std::size_t bytes, cudaStream_t stream,
                                                         const char* tag, const char* file,
-                                                        unsigned line) noexcept {
+                                                        unsigned line,
+                                                        bool holds_ref = true) noexcept {
     if (!flat_) return nullptr;
     const stripe_cache_entry& e = this_thread_stripes()[id_ % stripe_cache_size];
     if (e.ledger != id_ || e.source != id_source_) return nullptr;
     ledger_stripe& s = *e.stripe;
     if (s.free_list == nullptr) return nullptr;
     ledger_record& r = s.take();
-    describe(r, s, bytes, stream, tag, file, line, true);
+    describe(r, s, bytes, stream, tag, file, line, holds_ref);
     return &r;
   }
 
@@ -856,16 +857,17 @@ class ledger {
     if (ended) late(~std::size_t{0}, ref);  // last: it may delete this
   }
 
-  /// discharge(bytes, r), out of line: beside discharge_owned_fast(), which is inlined.
+  /// discharge(bytes, r), out of line: beside discharge_fast(), which is inlined.
   CUSCOPE_DETAIL_NOINLINE void discharge_slow(std::size_t bytes, ledger_record* r) noexcept {
     discharge(bytes, r);
   }
 
-  /// discharge(bytes, &r) for the usual free of an allocation an object owns (holds_ref), without
-  /// a call: a ledger with neither a parent nor a budget, r made by the calling thread, whose
-  /// stripe is in its cache. false, changing nothing, when it is not that case (then discharge()).
-  CUSCOPE_DETAIL_HOT_INLINE bool discharge_owned_fast(std::size_t bytes,
-                                                      ledger_record& r) noexcept {
+  /// discharge(bytes, &r) for the usual free, without a call: a ledger with neither a parent nor
+  /// a budget, r made by the calling thread, whose stripe is in its cache. holds_ref: r's (true
+  /// for an allocation an object owns, false for one freed by pointer, which find() took). false,
+  /// changing nothing, when it is not that case (then discharge()).
+  CUSCOPE_DETAIL_HOT_INLINE bool discharge_fast(std::size_t bytes, ledger_record& r,
+                                                bool holds_ref) noexcept {
     if (!flat_) return false;
     ledger_stripe& s = *r.stripe;
     const stripe_cache_entry& e = this_thread_stripes()[id_ % stripe_cache_size];
@@ -874,10 +876,13 @@ class ledger {
     r.ptr.store(nullptr, std::memory_order_release);
     const bool ended = begin_op(s);
     ledger_stripe::sub(s.bytes, bytes);
-    if (!ended) ledger_stripe::sub(s.count);
+    if (!ended) {
+      ledger_stripe::sub(s.count);
+      if (!holds_ref) ledger_stripe::sub(s.unowned);
+    }
     s.put(r);
     end_op(s);
-    if (ended) late(~std::size_t{0}, true);  // last: it may delete this
+    if (ended) late(~std::size_t{0}, holds_ref);  // last: it may delete this
     return true;
   }
 
@@ -1167,7 +1172,7 @@ class ledger {
   // The calling thread begins counting in its stripe s; returns whether the session has ended
   // (see end()). Once it has, its allocations are counted in late_count_ instead, and hold
   // references of their own.
-  bool begin_op(ledger_stripe& s) noexcept {
+  CUSCOPE_DETAIL_HOT_INLINE bool begin_op(ledger_stripe& s) noexcept {
     if (asymmetric_) {
       s.in_op.store(1, std::memory_order_relaxed);
       std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -1176,7 +1181,9 @@ class ledger {
     s.in_op.store(1, std::memory_order_seq_cst);
     return ended_.load(std::memory_order_seq_cst);
   }
-  static void end_op(ledger_stripe& s) noexcept { s.in_op.store(0, std::memory_order_release); }
+  CUSCOPE_DETAIL_HOT_INLINE static void end_op(ledger_stripe& s) noexcept {
+    s.in_op.store(0, std::memory_order_release);
+  }
 
   // An allocation (change 1) or its free (change -1) after the session's end; ref: whether it
   // holds a reference. The free's may delete this.
