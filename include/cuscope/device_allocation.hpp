@@ -257,6 +257,7 @@ namespace detail {
 // A record prepare() or prepare_fast() took, given back unless release()d (the allocation made).
 struct prepared_record {
   ledger_record* r;
+  explicit prepared_record(ledger_record* record) noexcept : r(record) {}
   prepared_record(const prepared_record&) = delete;
   prepared_record& operator=(const prepared_record&) = delete;
   ~prepared_record() {
