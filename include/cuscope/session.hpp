@@ -236,8 +236,9 @@ enum class admission_policy {
 };
 
 /// @brief When an admission asks NVML, the library behind nvidia-smi, what this process holds on
-/// the device, to tell its memory from other processes'. Loading and asking NVML takes
-/// milliseconds on a GPU machine.
+/// the device, to tell its memory from other processes'. NVML is loaded and initialized once per
+/// process, at the first query (milliseconds on a GPU machine); each query after that is two
+/// NVML calls (docs/observability.md).
 enum class nvml_query {
   never,       ///< Not at all.
   on_refusal,  ///< To explain a refusal (admission_error's message and report).
