@@ -705,6 +705,18 @@ def peers_main(a):
             table_pairs.append({"cuscope": header, "offers": offers, "why": why,
                                 "ours": unit("cuscope", config, [header]),
                                 "peer": unit("peer", config, headers)})
+    # With --baseline-include, each of cuscope's units again with the earlier headers, in the same
+    # rounds: what a change to the headers moved.
+    baseline = {}
+    if a.baseline_include:
+        for key in [k for k in order if units[k]["kind"] == "cuscope"]:
+            u = units[key]
+            bkey = ("baseline",) + key[1:]
+            units[bkey] = dict(u, label="baseline " + u["label"], kind="baseline",
+                               flags=["-std=c++17"] + ["-I" + d for d in a.baseline_include] +
+                               configs[u["configuration"]][1], cpu_s=[], wall_s=[])
+            order.append(bkey)
+            baseline[key] = bkey
     units[("empty", "cccl30", ())] = {"label": "(empty file)", "kind": "empty",
                                       "configuration": "cccl30", "headers": [],
                                       "flags": ["-std=c++17"] + configs["cccl30"][1], "text": "",
@@ -759,6 +771,8 @@ def peers_main(a):
     columns = ["cuscope header", "peer header (configuration)", "instructions", "peer",
                "ratio", "CPU time", "peer", "ratio", "lines", "peer", "ratio"]
     rows, results_pairs = [], []
+    ir = lambda u: "%.0f M" % (u["instructions"] / 1e6) if "instructions" in u else "-"
+    cpu = lambda u: "%.0f ms ±%.0f%%" % (u["cpu_ms"]["median"], u["cpu_ms"]["spread_pct"])
     for tp in table_pairs:
         o, q = units[tp["ours"]], units[tp["peer"]]
         r = {"cuscope": tp["cuscope"], "cuscope_unit": o["label"], "peer": q["label"],
@@ -769,8 +783,6 @@ def peers_main(a):
         if "instructions" in o:
             r["instructions_ratio"] = ratio(o["instructions"], q["instructions"])
         results_pairs.append(r)
-        ir = lambda u: "%.0f M" % (u["instructions"] / 1e6) if "instructions" in u else "-"
-        cpu = lambda u: "%.0f ms ±%.0f%%" % (u["cpu_ms"]["median"], u["cpu_ms"]["spread_pct"])
         rows.append([o["label"], q["label"], ir(o), ir(q),
                      "%.2fx" % r["instructions_ratio"] if "instructions_ratio" in r else "-",
                      cpu(o), cpu(q), "%.2fx" % r["cpu_ratio"],
@@ -788,6 +800,32 @@ def peers_main(a):
     print("-" * (sum(widths) + 2 * (len(widths) - 1)))
     for t in rows:
         print(fmt(t))
+    tables = [{"title": title, "columns": columns, "rows": rows}]
+    if baseline:
+        bcolumns = ["cuscope header", "instructions", "baseline", "change", "CPU time", "baseline",
+                    "change", "lines", "baseline"]
+        brows = []
+        for key, bkey in baseline.items():
+            o, b = units[key], units[bkey]
+            change = lambda x, y: "%+.1f%%" % ((x / float(y) - 1) * 100) if y else "-"
+            brows.append([o["label"],
+                          ir(o), ir(b),
+                          change(o["instructions"], b["instructions"])
+                          if "instructions" in o else "-",
+                          cpu(o), cpu(b), change(o["cpu_ms"]["median"], b["cpu_ms"]["median"]),
+                          "%d" % o["preprocessed_nonblank_lines"],
+                          "%d" % b["preprocessed_nonblank_lines"]])
+        btitle = ("cuscope's headers against the baseline headers (%s), the same rounds" %
+                  " ".join(a.baseline_include))
+        bw = [max(len(c), *(len(t[i]) for t in brows)) for i, c in enumerate(bcolumns)]
+        bfmt = lambda cells: "  ".join(c.ljust(bw[i]) if i < 1 else c.rjust(bw[i])
+                                       for i, c in enumerate(cells))
+        print("\n" + btitle)
+        print(bfmt(bcolumns))
+        print("-" * (sum(bw) + 2 * (len(bw) - 1)))
+        for t in brows:
+            print(bfmt(t))
+        tables.append({"title": btitle, "columns": bcolumns, "rows": brows})
     key = "instructions_ratio" if not a.no_callgrind else "cpu_ratio"
     what = "instructions" if not a.no_callgrind else "CPU time"
     headline = [{"name": "header peers: %s / %s, %s" % (r["cuscope_unit"], r["peer"], what),
@@ -823,7 +861,7 @@ def peers_main(a):
            "config": {"runs": runs, "configurations": {k: {"label": v[0], "flags": v[1]}
                                                        for k, v in configs.items()},
                       "left_out": missing},
-           "notes": notes, "tables": [{"title": title, "columns": columns, "rows": rows}],
+           "notes": notes, "tables": tables,
            "pairs": results_pairs, "results": [units[k] for k in order],
            "headline": headline}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -889,6 +927,12 @@ def write_peers_markdown(doc, path):
             "|" + "|".join(["---"] * 2 + ["---:"] * (len(t["columns"]) - 2)) + "|"]
     for r in t["rows"]:
         out.append("| " + " | ".join(r) + " |")
+    for t in doc["tables"][1:]:
+        out += ["", t["title"] + ".", "",
+                "| " + " | ".join(t["columns"]) + " |",
+                "|" + "|".join(["---"] + ["---:"] * (len(t["columns"]) - 1)) + "|"]
+        for r in t["rows"]:
+            out.append("| " + " | ".join(r) + " |")
     out += ["", "## Why these pairs", ""]
     seen = set()
     for p in doc["pairs"]:

@@ -5,7 +5,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -82,6 +81,11 @@ inline void check_device(int device, const char* who) {
 
 #endif  // CUSCOPE_DETAIL_HOST_CODE
 
+/// Makes device current for the calling thread: returns the device that was current when it
+/// switched, -1 when device was current already. Throws std::invalid_argument when device does
+/// not exist, cuda_error for another failure.
+int make_device_current(int device);
+
 }  // namespace detail
 
 /// @brief Makes a device current for the calling thread and restores the previous one when it
@@ -90,16 +94,18 @@ class scoped_device {
  public:
   /// @brief Makes device current.
   /// @throws std::invalid_argument when device does not exist.
-  explicit scoped_device(int device);
+  explicit scoped_device(int device) : previous_(detail::make_device_current(device)) {}
   scoped_device(const scoped_device&) = delete;
   scoped_device& operator=(const scoped_device&) = delete;
 
   /// @brief Restores the device that was current at construction.
-  ~scoped_device();
+  ~scoped_device() {
+    // A destructor cannot throw: a failed restore is tried once more, then reported.
+    if (previous_ >= 0) (void)detail::restore_device_nothrow(previous_, "cuscope::scoped_device");
+  }
 
  private:
-  int previous_ = 0;
-  bool switched_ = false;
+  int previous_;  // -1: nothing switched
 };
 
 namespace detail {
@@ -116,12 +122,16 @@ inline bool is_default_stream(cudaStream_t handle) noexcept {
 /// streams. Restores the current device.
 class stream_device_guard {
  public:
-  stream_device_guard(cudaStream_t stream, int device) {
-    if (is_default_stream(stream)) on_.emplace(device);
+  stream_device_guard(cudaStream_t stream, int device)
+      : previous_(is_default_stream(stream) ? make_device_current(device) : -1) {}
+  stream_device_guard(const stream_device_guard&) = delete;
+  stream_device_guard& operator=(const stream_device_guard&) = delete;
+  ~stream_device_guard() {
+    if (previous_ >= 0) (void)restore_device_nothrow(previous_, "cuscope::scoped_device");
   }
 
  private:
-  std::optional<scoped_device> on_;
+  int previous_;  // -1: nothing switched
 };
 
 /// stream_device_guard for destructors: never throws; when the switch fails nothing changes.
@@ -163,27 +173,22 @@ class device_switch_nothrow {
 #if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)
 namespace cuscope {
 
-inline scoped_device::scoped_device(int device) {
-  const cudaError_t current = cudaGetDevice(&previous_);
+inline int detail::make_device_current(int device) {
+  int previous = 0;
+  const cudaError_t current = cudaGetDevice(&previous);
   if (current != cudaSuccess) {
     (void)cudaGetLastError();
-    detail::check_device(device, "cuscope::scoped_device");
-    CUSCOPE_DETAIL_CHECK_FOR(current, "cudaGetDevice(&previous_)", std::string("current device"));
+    check_device(device, "cuscope::scoped_device");
+    CUSCOPE_DETAIL_CHECK_FOR(current, "cudaGetDevice(&previous)", std::string("current device"));
   }
-  if (device != previous_) {
-    const cudaError_t status = cudaSetDevice(device);
-    if (status == cudaErrorInvalidDevice) {
-      (void)cudaGetLastError();
-      detail::check_device(device, "cuscope::scoped_device");
-    }
-    CUSCOPE_DETAIL_CHECK_FOR(status, "cudaSetDevice(device)", "device " + std::to_string(device));
-    switched_ = true;
+  if (device == previous) return -1;
+  const cudaError_t status = cudaSetDevice(device);
+  if (status == cudaErrorInvalidDevice) {
+    (void)cudaGetLastError();
+    check_device(device, "cuscope::scoped_device");
   }
-}
-
-inline scoped_device::~scoped_device() {
-  // A destructor cannot throw: a failed restore is tried once more, then reported.
-  if (switched_) (void)detail::restore_device_nothrow(previous_, "cuscope::scoped_device");
+  CUSCOPE_DETAIL_CHECK_FOR(status, "cudaSetDevice(device)", "device " + std::to_string(device));
+  return previous;
 }
 
 }  // namespace cuscope
