@@ -141,6 +141,10 @@ def main():
     g.add_argument("--no-callgrind", action="store_true",
                    help="leave out the instruction counts (CPU time and lines only)")
     g.add_argument("--jobs", type=int, default=1, help="callgrind runs at once (default 1)")
+    g.add_argument("--peer-instructions-from", metavar="JSON",
+                   help="take the peers' instruction counts (never cuscope's) from an earlier "
+                        "--peers run's JSON where the unit's label and flags are the same and the "
+                        "compiler too (callgrind's count is deterministic); the results say which")
     g.add_argument("--out", help="with --peers: write <date>-header-peers.json and .md into "
                    "this directory (benchmarks/results for a committed set)")
     a = p.parse_args()
@@ -722,6 +726,14 @@ def peers_main(a):
                                       "flags": ["-std=c++17"] + configs["cccl30"][1], "text": "",
                                       "cpu_s": [], "wall_s": []}
     order.append(("empty", "cccl30", ()))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    home = os.path.expanduser("~")
+    replacements = sorted([(os.path.realpath(cache), "<cache>"), (os.path.abspath(cache), "<cache>"),
+                           (os.path.join(root, ""), ""), (root, "."),
+                           (os.path.join(home, ""), "~/")] +
+                          [(d, "<cuda-include>") for d in (a.system_include or
+                                                           ["/usr/local/cuda/include"])],
+                          key=lambda p: len(p[0]), reverse=True)
     load_before = peer_deps.load_average()
     with tempfile.TemporaryDirectory(prefix="cuscope-header-peers-") as work:
         for i, key in enumerate(order):
@@ -745,9 +757,28 @@ def peers_main(a):
                 wall, cpu = timed(u["command"])
                 u["wall_s"].append(wall)
                 u["cpu_s"].append(cpu)
+        reused = {}
+        if a.peer_instructions_from and not a.no_callgrind:
+            with open(a.peer_instructions_from) as f:
+                earlier = json.load(f)
+            if earlier["build"]["compiler"] != version:
+                raise SystemExit("compile_cost: %s was measured with %s" %
+                                 (a.peer_instructions_from, earlier["build"]["compiler"]))
+            scrub = peer_deps.scrub_paths
+            for key in order:
+                u = units[key]
+                if u["kind"] not in ("peer", "empty"):
+                    continue
+                for e in earlier["results"]:
+                    if e["label"] == u["label"] and e["flags"] == scrub(u["flags"], replacements) \
+                            and "instructions" in e:
+                        u["instructions"] = e["instructions"]
+                        u["instructions_from"] = os.path.basename(a.peer_instructions_from)
+                        reused[key] = e["instructions"]
         if not a.no_callgrind:
-            print("compile_cost: callgrind, %d translation units, %d at once" %
-                  (len(order), a.jobs))
+            todo = [k for k in order if k not in reused]
+            print("compile_cost: callgrind, %d translation units, %d at once (%d counts taken "
+                  "from %s)" % (len(todo), a.jobs, len(reused), a.peer_instructions_from))
             import concurrent.futures
 
             def count(key):
@@ -756,7 +787,7 @@ def peers_main(a):
                 sys.stdout.flush()
                 return ir
             with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as pool:
-                for key, ir in zip(order, pool.map(count, order)):
+                for key, ir in zip(todo, pool.map(count, todo)):
                     units[key]["instructions"] = ir
     load_after = peer_deps.load_average()
     for u in units.values():
@@ -845,6 +876,13 @@ def peers_main(a):
              ("%.0f M instructions" % (empty["instructions"] / 1e6) if "instructions" in empty
               else "-", empty["cpu_ms"]["median"])]
     notes += ["%s left out: %s" % kv for kv in sorted(missing.items())]
+    taken = [units[k]["label"] for k in order if "instructions_from" in units[k]]
+    if taken:
+        notes.append("The instruction counts of %d units of the peers (%s) are those an earlier run of "
+                     "this script measured (%s: same compiler, same headers, same flags; "
+                     "callgrind's count is deterministic); every other figure, and every count "
+                     "of cuscope's headers, is this run's." %
+                     (len(taken), "; ".join(taken), os.path.basename(a.peer_instructions_from)))
     for line in notes:
         print("note: " + line)
     doc = {"schema": "cuscope-bench/1", "benchmark": "header-peers", "simulated": False,
@@ -864,14 +902,6 @@ def peers_main(a):
            "notes": notes, "tables": tables,
            "pairs": results_pairs, "results": [units[k] for k in order],
            "headline": headline}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    home = os.path.expanduser("~")
-    replacements = sorted([(os.path.realpath(cache), "<cache>"), (os.path.abspath(cache), "<cache>"),
-                           (os.path.join(root, ""), ""), (root, "."),
-                           (os.path.join(home, ""), "~/")] +
-                          [(d, "<cuda-include>") for d in (a.system_include or
-                                                           ["/usr/local/cuda/include"])],
-                          key=lambda p: len(p[0]), reverse=True)
     doc = peer_deps.scrub_paths(doc, replacements)
     paths = []
     if a.json:
@@ -925,21 +955,22 @@ def write_peers_markdown(doc, path):
     out += ["", t["title"] + ".", "",
             "| " + " | ".join(t["columns"]) + " |",
             "|" + "|".join(["---"] * 2 + ["---:"] * (len(t["columns"]) - 2)) + "|"]
+    code = lambda text: "`%s`" % text  # labels hold <...>, which Markdown would take for HTML
     for r in t["rows"]:
-        out.append("| " + " | ".join(r) + " |")
+        out.append("| " + " | ".join([code(r[0]), code(r[1])] + r[2:]) + " |")
     for t in doc["tables"][1:]:
         out += ["", t["title"] + ".", "",
                 "| " + " | ".join(t["columns"]) + " |",
                 "|" + "|".join(["---"] + ["---:"] * (len(t["columns"]) - 1)) + "|"]
         for r in t["rows"]:
-            out.append("| " + " | ".join(r) + " |")
+            out.append("| " + " | ".join([code(r[0])] + r[1:]) + " |")
     out += ["", "## Why these pairs", ""]
     seen = set()
     for p in doc["pairs"]:
         if p["cuscope"] not in seen:
             seen.add(p["cuscope"])
             out.append("- `<%s>`: %s." % (p["cuscope"], p["offers"]))
-        out.append("  - %s: %s." % (p["peer"], p["why"]))
+        out.append("  - %s: %s." % (code(p["peer"]), p["why"]))
     out += ["", "## Notes", ""] + ["- " + n for n in doc["notes"]]
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
