@@ -30,6 +30,27 @@ static_assert(std::is_trivially_copyable_v<device_span<int>>);
 static_assert(std::is_trivially_copyable_v<device_span<const double>>);
 static_assert(std::is_convertible_v<device_span<int>, device_span<const int>>);
 static_assert(!std::is_convertible_v<device_span<const int>, device_span<int>>);
+// A session's counting is not part of the public interface: only session::make_buffer and
+// batches() make buffers and allocations that a ledger counts.
+static_assert(std::is_constructible_v<device_buffer<int>, cuscope::stream_ref, std::size_t,
+                                      cuscope::memory_pool_ref>);
+static_assert(!std::is_constructible_v<device_buffer<int>, cuscope::stream_ref, std::size_t,
+                                       cuscope::memory_pool_ref, cuscope::detail::ledger*,
+                                       const char*, cuscope::call_site>);
+static_assert(!std::is_constructible_v<cuscope::device_allocation, cuscope::stream_ref, std::size_t,
+                                       cuscope::memory_pool_ref, cuscope::detail::ledger*>);
+static_assert(!std::is_constructible_v<cuscope::device_allocation, cuscope::stream_ref, std::size_t,
+                                       cuscope::memory_pool_ref, cuscope::detail::ledger*,
+                                       const char*, cuscope::call_site>);
+template <class Pool, class = void>
+struct can_allocate_into : std::false_type {};
+template <class Pool>
+struct can_allocate_into<
+    Pool, std::void_t<decltype(std::declval<const Pool&>().allocate_into(
+              std::declval<cuscope::stream_ref>(), std::size_t{1}, cuscope::alloc_policy::fail_fast,
+              std::declval<cuscope::detail::record_target>()))>> : std::true_type {};
+static_assert(!can_allocate_into<cuscope::memory_pool>::value);
+static_assert(!can_allocate_into<cuscope::memory_pool_ref>::value);
 // A temporary is never the source of an asynchronous copy.
 static_assert(!std::is_constructible_v<device_buffer<int>, cuscope::stream_ref, std::vector<int>&&,
                                        cuscope::memory_pool_ref>);

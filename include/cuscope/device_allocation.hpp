@@ -35,7 +35,13 @@ struct call_site {
   }
 };
 
+template <class T>
+class device_buffer;
+
 namespace detail {
+
+template <class T, class Out, class Batch>
+class batch_pipeline;
 
 /// bytes from pool on stream, counted by accounting (a session's ledger; nullptr counts nothing):
 /// what a session's adaptors (Thrust allocators, memory resources) allocate through.
@@ -95,30 +101,6 @@ class device_allocation {
     if (bytes == 0) return;
     data_ = pool.allocate(stream, bytes, policy);
     bytes_ = bytes;
-  }
-
-  /// @brief As device_allocation(stream, bytes, pool, policy), counted by accounting (the live
-  /// allocations of a session and its parents) until it is freed or released; nullptr counts
-  /// nothing. This is how session::make_buffer makes what it counts.
-  /// @throws out_of_memory when a session's budget or the pool refuses.
-  device_allocation(stream_ref stream, std::size_t bytes, memory_pool_ref pool,
-                    detail::ledger* accounting, alloc_policy policy = alloc_policy::fail_fast)
-      : device_allocation(stream, bytes, pool, accounting, nullptr, call_site{}, policy) {}
-
-  /// @brief As device_allocation(stream, bytes, pool, accounting, policy), named in the session's
-  /// leak report by tag (a string that outlives the allocation, such as a literal; nullptr for
-  /// none) and site.
-  device_allocation(stream_ref stream, std::size_t bytes, memory_pool_ref pool,
-                    detail::ledger* accounting, const char* tag, call_site site,
-                    alloc_policy policy = alloc_policy::fail_fast)
-      : stream_(stream.get()), pool_(pool.get()), device_(pool.device()) {
-    if (bytes == 0) return;
-    if (accounting == nullptr) {
-      data_ = pool.allocate(stream, bytes, policy);
-      bytes_ = bytes;
-      return;
-    }
-    allocate_counted(pool, bytes, accounting, tag, site, policy);
   }
 
   /// @brief Takes ownership of ptr, bytes allocated from pool on stream (for instance by
@@ -207,6 +189,35 @@ class device_allocation {
   void set_stream(stream_ref stream);
 
  private:
+  template <class>
+  friend class device_buffer;
+  template <class, class, class>
+  friend class detail::batch_pipeline;
+
+  // As device_allocation(stream, bytes, pool, policy), counted by accounting (the live
+  // allocations of a session and its parents) until it is freed or released; nullptr counts
+  // nothing: how session::make_buffer (through device_buffer) and batches() make what a session
+  // counts. Throws out_of_memory when a session's budget or the pool refuses.
+  device_allocation(stream_ref stream, std::size_t bytes, memory_pool_ref pool,
+                    detail::ledger* accounting, alloc_policy policy = alloc_policy::fail_fast)
+      : device_allocation(stream, bytes, pool, accounting, nullptr, call_site{}, policy) {}
+
+  // As device_allocation(stream, bytes, pool, accounting, policy), named in the session's leak
+  // report by tag (a string that outlives the allocation, such as a literal; nullptr for none)
+  // and site.
+  device_allocation(stream_ref stream, std::size_t bytes, memory_pool_ref pool,
+                    detail::ledger* accounting, const char* tag, call_site site,
+                    alloc_policy policy = alloc_policy::fail_fast)
+      : stream_(stream.get()), pool_(pool.get()), device_(pool.device()) {
+    if (bytes == 0) return;
+    if (accounting == nullptr) {
+      data_ = pool.allocate(stream, bytes, policy);
+      bytes_ = bytes;
+      return;
+    }
+    allocate_counted(pool, bytes, accounting, tag, site, policy);
+  }
+
   CUSCOPE_DETAIL_HOT_INLINE void free() noexcept {
     if (data_ != nullptr) free_memory();
     data_ = nullptr;
@@ -277,7 +288,7 @@ CUSCOPE_DETAIL_NOINLINE inline void* accounted_allocate_counted(
           accounting->prepare_fast(bytes, stream.get(), name, file, line, false)) {
     // The usual case: no budget to charge.
     prepared_record g{fast};
-    void* const p = pool.allocate(stream, bytes, policy, accounting->recording());
+    void* const p = pool_access::allocate(pool, stream, bytes, policy, accounting->recording());
     (void)accounting->enter_prepared(g.release(), p, bytes, stream.get(), false, true);
     return p;
   }
@@ -287,7 +298,7 @@ CUSCOPE_DETAIL_NOINLINE inline void* accounted_allocate_counted(
   bool charged = false;
   try {
     charged = accounting->charge(bytes);
-    void* const p = pool.allocate(stream, bytes, policy, accounting->recording());
+    void* const p = pool_access::allocate(pool, stream, bytes, policy, accounting->recording());
     (void)accounting->enter_prepared(r, p, bytes, stream.get(), false);
     return p;
   } catch (...) {
@@ -305,7 +316,7 @@ CUSCOPE_DETAIL_HOT_INLINE inline void* accounted_allocate(const memory_pool_ref&
                                                           const char* tag, const char* file,
                                                           unsigned line, alloc_policy policy) {
   if (accounting == nullptr || bytes == 0)
-    return pool.allocate(stream, bytes, policy, record_target{});
+    return pool_access::allocate(pool, stream, bytes, policy, record_target{});
   return accounted_allocate_counted(pool, stream, bytes, accounting, who, tag, file, line, policy);
 }
 
@@ -319,7 +330,7 @@ CUSCOPE_DETAIL_NOINLINE inline void* allocate_plain_slow(const memory_pool_ref& 
 CUSCOPE_DETAIL_COLD inline void* allocate_plain_failed(const memory_pool_ref& pool,
                                                        cudaStream_t stream, std::size_t bytes,
                                                        cudaError_t status) {
-  return pool.allocate_failed(stream_ref(stream), bytes, status);
+  return pool_access::allocate_failed(pool, stream_ref(stream), bytes, status);
 }
 
 CUSCOPE_DETAIL_HOT_INLINE inline void* allocate_plain(const memory_pool_ref& pool,
@@ -395,8 +406,8 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted(
       accounting->prepare_fast(bytes, stream_, tag, site.file, site.line);
   if (r == nullptr) return allocate_counted_slow(pool, bytes, accounting, tag, site, policy);
   detail::prepared_record g{r};
-  void* const p =
-      pool.allocate_recorded(stream_ref(stream_), bytes, policy, accounting->recording());
+  void* const p = detail::pool_access::allocate_recorded(pool, stream_ref(stream_), bytes, policy,
+                                                         accounting->recording());
   record_ = accounting->enter_prepared(g.release(), p, bytes, stream_, true, true);
   data_ = p;
   bytes_ = bytes;
@@ -410,8 +421,8 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted_slow(
   // What counting needs that may fail comes first, so that nothing here needs undoing: the pool
   // counts its refusal in the target's tally.
   detail::prepared_record g{&accounting->prepare(bytes, stream_, tag, site.file, site.line)};
-  void* const p =
-      pool.allocate_recorded(stream_ref(stream_), bytes, policy, accounting->recording());
+  void* const p = detail::pool_access::allocate_recorded(pool, stream_ref(stream_), bytes, policy,
+                                                         accounting->recording());
   record_ = accounting->enter_prepared(g.release(), p, bytes, stream_);
   data_ = p;
   bytes_ = bytes;
@@ -425,8 +436,8 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_budgeted(
   bool charged = false;
   try {
     charged = accounting->charge(bytes);  // counts its own refusal
-    void* const p =
-        pool.allocate_recorded(stream_ref(stream_), bytes, policy, accounting->recording());
+    void* const p = detail::pool_access::allocate_recorded(pool, stream_ref(stream_), bytes, policy,
+                                                           accounting->recording());
     record_ = accounting->enter_prepared(s, p, bytes, stream_);
     data_ = p;
     bytes_ = bytes;

@@ -80,18 +80,6 @@ class device_buffer {
                 alloc_policy policy = alloc_policy::fail_fast)
       : alloc_(stream, detail::bytes_of<T>(count, "cuscope::device_buffer"), pool, policy) {}
 
-  /// @brief (Internal) count uninitialized elements from pool on stream, counted by accounting
-  /// (a session's; nullptr counts nothing) and named in its leak report by tag and site: how
-  /// session::make_buffer makes what it counts, in place. Enqueued on stream; does not
-  /// synchronize, unless policy is alloc_policy::retry_after_trim and the first try fails.
-  /// @throws std::length_error when the byte count overflows; out_of_memory when a session's
-  /// budget or the pool refuses.
-  device_buffer(stream_ref stream, std::size_t count, memory_pool_ref pool,
-                detail::ledger* accounting, const char* tag, call_site site,
-                alloc_policy policy = alloc_policy::fail_fast)
-      : alloc_(stream, detail::bytes_of<T>(count, "cuscope::device_buffer"), pool, accounting, tag,
-               site, policy) {}
-
   /// @brief Takes over allocation, which must hold a whole number of T.
   /// @throws std::invalid_argument when its size is not a multiple of sizeof(T); allocation is
   /// then left as it was.
@@ -279,6 +267,19 @@ class device_buffer {
   }
 
  private:
+  friend class session;
+
+  // count uninitialized elements from pool on stream, counted by accounting (a session's; nullptr
+  // counts nothing) and named in its leak report by tag and site: how session::make_buffer makes
+  // what it counts, in place. Enqueued on stream; does not synchronize, unless policy is
+  // alloc_policy::retry_after_trim and the first try fails. Throws std::length_error when the
+  // byte count overflows; out_of_memory when a session's budget or the pool refuses.
+  device_buffer(stream_ref stream, std::size_t count, memory_pool_ref pool,
+                detail::ledger* accounting, const char* tag, call_site site,
+                alloc_policy policy = alloc_policy::fail_fast)
+      : alloc_(stream, detail::bytes_of<T>(count, "cuscope::device_buffer"), pool, accounting, tag,
+               site, policy) {}
+
   static device_allocation checked(device_allocation&& a) {
     if (a.size_bytes() % sizeof(T) != 0)
       throw std::invalid_argument(

@@ -289,14 +289,31 @@ class pool_base {
   /// @throws out_of_memory when the device or the pool's limit cannot hold the request.
   [[nodiscard]] void* allocate(stream_ref stream, std::size_t bytes,
                                alloc_policy policy = alloc_policy::fail_fast) const {
-    return allocate(stream, bytes, policy, detail::record_target{});
+    return allocate_into(stream, bytes, policy, detail::record_target{});
   }
 
-  /// @brief (Internal) As allocate(stream, bytes, policy), recorded into target: how a session
-  /// records what it hands out under its id.
-  [[nodiscard]] CUSCOPE_DETAIL_HOT_INLINE void* allocate(stream_ref stream, std::size_t bytes,
-                                                         alloc_policy policy,
-                                                         detail::record_target target) const {
+  /// @brief Frees memory from allocate() in stream order: later work on stream may reuse it.
+  /// Enqueued on stream (a default stream handle names the default stream of the pool's device);
+  /// does not synchronize. bytes is what was allocated (unused by CUDA).
+  void deallocate(stream_ref stream, void* ptr, std::size_t bytes) const;
+
+  /// @brief "pool 0x... on device 0" (or "the default pool of device 0"), for messages.
+  [[nodiscard]] std::string describe() const;
+
+ protected:
+  pool_base() = default;
+
+ private:
+  friend struct pool_access;
+
+  const Derived& self() const noexcept { return static_cast<const Derived&>(*this); }
+
+  // The library's own allocation paths (through pool_access), beside the public interface.
+  // As allocate(stream, bytes, policy), recorded into target: how a session records what it
+  // hands out under its id.
+  [[nodiscard]] CUSCOPE_DETAIL_HOT_INLINE void* allocate_into(stream_ref stream, std::size_t bytes,
+                                                              alloc_policy policy,
+                                                              detail::record_target target) const {
     if (bytes == 0) return nullptr;
     // A default stream is resolved against the current device: the pool's is made current, out
     // of line, so that the usual case pays no guard.
@@ -315,8 +332,8 @@ class pool_base {
     return allocate_failed(stream, bytes, status, policy, target);
   }
 
-  /// @brief (Internal) As allocate(stream, bytes, policy, target), for bytes > 0, writing the
-  /// event into target's recorder in place: a session's counted allocation, out of line itself.
+  // As allocate_into(stream, bytes, policy, target), for bytes > 0, writing the event into
+  // target's recorder in place: a session's counted allocation, out of line itself.
   [[nodiscard]] CUSCOPE_DETAIL_HOT_INLINE void* allocate_recorded(
       stream_ref stream, std::size_t bytes, alloc_policy policy,
       const detail::record_target& target) const {
@@ -331,27 +348,13 @@ class pool_base {
     return allocate_failed(stream, bytes, status, policy, target);
   }
 
-  /// @brief (Internal) What allocate(stream, bytes) does once cudaMallocFromPoolAsync on a
-  /// stream that is not a default one failed with status: ask the out-of-memory handler, then
-  /// throw. Out of line: the adaptors' own inline allocation ends there.
+  // What allocate(stream, bytes) does once cudaMallocFromPoolAsync on a stream that is not a
+  // default one failed with status: ask the out-of-memory handler, then throw. Out of line: the
+  // adaptors' own inline allocation ends there.
   [[nodiscard]] void* allocate_failed(stream_ref stream, std::size_t bytes,
                                       cudaError_t status) const {
     return allocate_failed(stream, bytes, status, alloc_policy::fail_fast, {});
   }
-
-  /// @brief Frees memory from allocate() in stream order: later work on stream may reuse it.
-  /// Enqueued on stream (a default stream handle names the default stream of the pool's device);
-  /// does not synchronize. bytes is what was allocated (unused by CUDA).
-  void deallocate(stream_ref stream, void* ptr, std::size_t bytes) const;
-
-  /// @brief "pool 0x... on device 0" (or "the default pool of device 0"), for messages.
-  [[nodiscard]] std::string describe() const;
-
- protected:
-  pool_base() = default;
-
- private:
-  const Derived& self() const noexcept { return static_cast<const Derived&>(*this); }
 
   cudaMemPool_t checked_handle() const;
 
@@ -578,6 +581,29 @@ inline std::size_t enforced_max_bytes(cudaMemPool_t pool, std::size_t asked) noe
   const std::size_t enforced = limit;
   return enforced < asked ? asked : enforced;
 }
+
+/// What the library's own allocation paths (device_allocation, the sessions' counted paths, the
+/// adaptors) use of a pool beyond its public interface: allocations recorded into a session's
+/// target, and the failure path of an allocation made inline.
+struct pool_access {
+  template <class Pool>
+  CUSCOPE_DETAIL_HOT_INLINE static void* allocate(const Pool& pool, stream_ref stream,
+                                                  std::size_t bytes, alloc_policy policy,
+                                                  const record_target& target) {
+    return pool.allocate_into(stream, bytes, policy, target);
+  }
+  template <class Pool>
+  CUSCOPE_DETAIL_HOT_INLINE static void* allocate_recorded(const Pool& pool, stream_ref stream,
+                                                           std::size_t bytes, alloc_policy policy,
+                                                           const record_target& target) {
+    return pool.allocate_recorded(stream, bytes, policy, target);
+  }
+  template <class Pool>
+  static void* allocate_failed(const Pool& pool, stream_ref stream, std::size_t bytes,
+                               cudaError_t status) {
+    return pool.allocate_failed(stream, bytes, status);
+  }
+};
 
 template <class Derived>
 pool_stats pool_base<Derived>::stats() const {
