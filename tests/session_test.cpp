@@ -1538,10 +1538,10 @@ TEST_CASE("session: an adaptor's free by pointer races a buffer that reuses the 
     // first in the ledger's list, where find() looks first.
     std::thread freer([&] {
       for (int i = 0; i < rounds; ++i) {
-        void* p = cuscope::detail::accounted_allocate(ref, s, 256, adaptor->get(), "adaptor");
+        void* p = adaptor->get()->adaptor_allocate(ref, s, 256, "adaptor");
         if (i == 0) started.store(1);
         last_adaptor.store(p);
-        cuscope::detail::free_discharged_nothrow(p, 256, s.get(), ref, adaptor->get());
+        adaptor->get()->adaptor_free(p, 256, s, ref);
       }
     });
     while (started.load() == 0)
@@ -1655,9 +1655,9 @@ TEST_CASE("session: two adaptors' frees by pointer race on a reused address",
     std::atomic<int> started{0};
     const auto loop = [&](bool first) {
       for (int i = 0; i < rounds; ++i) {
-        void* p = cuscope::detail::accounted_allocate(ref, s, 256, adaptor->get(), "adaptor");
+        void* p = adaptor->get()->adaptor_allocate(ref, s, 256, "adaptor");
         if (i == 0 && first) started.store(1);
-        cuscope::detail::free_discharged_nothrow(p, 256, s.get(), ref, adaptor->get());
+        adaptor->get()->adaptor_free(p, 256, s, ref);
       }
     };
     std::thread one([&] { loop(true); });

@@ -52,26 +52,6 @@ void* accounted_allocate(const memory_pool_ref& pool, stream_ref stream, std::si
                          const char* file = nullptr, unsigned line = 0,
                          alloc_policy policy = alloc_policy::fail_fast);
 
-/// bytes from pool on stream for an adaptor that no session counts (pool_resource, the Thrust
-/// allocators): as pool.allocate(stream, bytes), with the rare cases (0 bytes, a default stream, a
-/// recorder attached to any pool) tested before the runtime call and served out of line, so that
-/// the usual one is the call and its status test.
-void* allocate_plain(const memory_pool_ref& pool, cudaStream_t stream, std::size_t bytes);
-
-/// allocate_plain's rare cases, out of line: pool.allocate(stream, bytes).
-void* allocate_plain_slow(const memory_pool_ref& pool, cudaStream_t stream, std::size_t bytes);
-
-/// allocate_plain's failed runtime call (status), out of line: the out-of-memory handler, then
-/// the exception naming the pool.
-void* allocate_plain_failed(const memory_pool_ref& pool, cudaStream_t stream, std::size_t bytes,
-                            cudaError_t status);
-
-/// Frees ptr (nullptr: nothing), bytes from pool, in stream order on stream, for an adaptor that
-/// no session counts (pool_resource, the Thrust allocators), and records the free into the pool's
-/// recorder; never throws. A failure is reported through the cleanup channel.
-void free_plain_nothrow(void* ptr, std::size_t bytes, cudaStream_t stream,
-                        const memory_pool_ref& pool) noexcept;
-
 /// As free_plain_nothrow, for an adaptor counted by accounting (not nullptr): records the free
 /// into the session's recorder and discharges it, or, where the free failed, leaves it counted.
 void free_discharged_nothrow(void* ptr, std::size_t bytes, cudaStream_t stream,
@@ -320,48 +300,6 @@ CUSCOPE_DETAIL_HOT_INLINE inline void* accounted_allocate(const memory_pool_ref&
   return accounted_allocate_counted(pool, stream, bytes, accounting, who, tag, file, line, policy);
 }
 
-// allocate_plain()'s rare cases, out of line: the pool's own allocation.
-CUSCOPE_DETAIL_NOINLINE inline void* allocate_plain_slow(const memory_pool_ref& pool,
-                                                         cudaStream_t stream, std::size_t bytes) {
-  return pool.allocate(stream_ref(stream), bytes);
-}
-
-// allocate_plain()'s failed runtime call, out of line: the out-of-memory handler, the exception.
-CUSCOPE_DETAIL_COLD inline void* allocate_plain_failed(const memory_pool_ref& pool,
-                                                       cudaStream_t stream, std::size_t bytes,
-                                                       cudaError_t status) {
-  return pool_access::allocate_failed(pool, stream_ref(stream), bytes, status);
-}
-
-CUSCOPE_DETAIL_HOT_INLINE inline void* allocate_plain(const memory_pool_ref& pool,
-                                                      cudaStream_t stream, std::size_t bytes) {
-  if (bytes == 0 || is_default_stream(stream) || any_pool_recorded())
-    return allocate_plain_slow(pool, stream, bytes);
-  void* p = nullptr;
-  const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, pool.get(), stream);
-  if (status != cudaSuccess) return allocate_plain_failed(pool, stream, bytes, status);
-  return p;
-}
-
-// free_plain_nothrow()'s rare cases, out of line: a default stream (the pool's device made
-// current), a recorder attached to any pool.
-CUSCOPE_DETAIL_NOINLINE inline void free_plain_slow(void* ptr, std::size_t bytes,
-                                                    cudaStream_t stream,
-                                                    const memory_pool_ref& pool) noexcept {
-  if (free_async_nothrow(ptr, stream, pool.device(), bytes) && any_pool_recorded())
-    notify_pool_free(pool.device(), pool.get(), stream, ptr, bytes);
-}
-
-CUSCOPE_DETAIL_HOT_INLINE inline void free_plain_nothrow(void* ptr, std::size_t bytes,
-                                                         cudaStream_t stream,
-                                                         const memory_pool_ref& pool) noexcept {
-  if (ptr == nullptr) return;
-  if (is_default_stream(stream) || any_pool_recorded())
-    return free_plain_slow(ptr, bytes, stream, pool);
-  const cudaError_t status = cudaFreeAsync(ptr, stream);
-  if (status != cudaSuccess) (void)free_async_slow(ptr, stream, pool.device(), bytes, status);
-}
-
 CUSCOPE_DETAIL_NOINLINE inline void free_discharged_nothrow(void* ptr, std::size_t bytes,
                                                             cudaStream_t stream,
                                                             const memory_pool_ref& pool,
@@ -381,6 +319,17 @@ CUSCOPE_DETAIL_NOINLINE inline void free_discharged_nothrow(void* ptr, std::size
     notify_pool_free(pool.device(), pool.get(), stream, ptr, bytes);
   if (record == nullptr || !accounting->discharge_fast(bytes, *record, false))
     accounting->discharge(bytes, record);
+}
+
+// The ledger's side of ledger_access: what the adaptors a session hands out reach it through.
+inline void* ledger::adaptor_allocate(const memory_pool_ref& pool, stream_ref stream,
+                                      std::size_t bytes, const char* who) {
+  return accounted_allocate(pool, stream, bytes, this, who);
+}
+
+inline void ledger::adaptor_free(void* ptr, std::size_t bytes, stream_ref stream,
+                                 const memory_pool_ref& pool) noexcept {
+  free_discharged_nothrow(ptr, bytes, stream.get(), pool, this);
 }
 
 }  // namespace detail

@@ -30,9 +30,9 @@
 #include <cuda/stream_ref>
 
 #include "cuda_stream_ref.hpp"
-#include "detail/ledger.hpp"
+#include "detail/adaptor.hpp"
+#include "detail/ledger_fwd.hpp"
 #include "device.hpp"
-#include "device_allocation.hpp"
 #include "error.hpp"
 #include "memory_pool.hpp"
 #include "stream.hpp"
@@ -71,7 +71,7 @@ class pool_resource {
   explicit pool_resource(Session& session)
       : pool_(session.pool()),
         sync_stream_(session.stream().get()),
-        ledger_(session.accounting()) {}
+        ledger_(detail::access_of(session.accounting())) {}
 
   /// @brief The pool.
   [[nodiscard]] memory_pool_ref pool() const noexcept { return pool_; }
@@ -155,7 +155,7 @@ class pool_resource {
   // ---------------------------------------------------------------------------------------------
 
   /// @brief The accounting of the session the resource counts for; nullptr for none.
-  [[nodiscard]] detail::ledger* accounting() const noexcept { return ledger_.get(); }
+  [[nodiscard]] detail::ledger* accounting() const noexcept { return ledger_.owner(); }
 
   /// @brief True when both refer to the same pool and count for the same session (or none).
   friend bool operator==(const pool_resource& a, const pool_resource& b) noexcept {
@@ -178,8 +178,7 @@ class pool_resource {
   }
 
   CUSCOPE_DETAIL_NOINLINE void* allocate_counted(stream_ref stream, std::size_t bytes) {
-    return detail::accounted_allocate(pool_, stream, bytes, ledger_.get(),
-                                      "cuscope::pool_resource");
+    return ledger_.get()->adaptor_allocate(pool_, stream, bytes, "cuscope::pool_resource");
   }
 
   [[noreturn]] CUSCOPE_DETAIL_COLD void bad_alignment(std::size_t alignment,
@@ -193,7 +192,7 @@ class pool_resource {
   CUSCOPE_DETAIL_HOT_INLINE void free_nothrow(void* ptr, std::size_t bytes,
                                               cudaStream_t stream) noexcept {
     if (ledger_.get() != nullptr)
-      return detail::free_discharged_nothrow(ptr, bytes, stream, pool_, ledger_.get());
+      return ledger_.get()->adaptor_free(ptr, bytes, stream_ref(stream), pool_);
     detail::free_plain_nothrow(ptr, bytes, stream, pool_);
   }
 

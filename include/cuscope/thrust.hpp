@@ -27,8 +27,8 @@
 #  include <thrust/system/cuda/execution_policy.h>
 #endif
 
-#include "detail/ledger.hpp"
-#include "device_allocation.hpp"
+#include "detail/adaptor.hpp"
+#include "detail/ledger_fwd.hpp"
 #include "error.hpp"
 #include "memory_pool.hpp"
 #include "stream.hpp"
@@ -58,7 +58,7 @@ class thrust_temporary_allocator {
   using difference_type = std::ptrdiff_t;
 
   thrust_temporary_allocator(stream_ref stream, memory_pool_ref pool,
-                             ledger* accounting = nullptr) noexcept
+                             ledger_access* accounting = nullptr) noexcept
       : pool_(pool.get()),
         stream_(stream.get()),
         ledger_(accounting),
@@ -93,7 +93,7 @@ class thrust_temporary_allocator {
 
   memory_pool_ref pool() const noexcept { return memory_pool_ref(pool_, device_); }
   stream_ref stream() const noexcept { return stream_ref(stream_); }
-  ledger* accounting() const noexcept { return ledger_.get(); }
+  ledger* accounting() const noexcept { return ledger_.owner(); }
 
   friend bool operator==(const thrust_temporary_allocator& a,
                          const thrust_temporary_allocator& b) noexcept {
@@ -109,13 +109,12 @@ class thrust_temporary_allocator {
   // A session's counting, a default stream, 0 bytes, a recorder attached to a pool.
   CUSCOPE_DETAIL_NOINLINE void* allocate_rare(std::size_t bytes, const char* who) {
     if (ledger_.get() != nullptr)
-      return accounted_allocate(pool(), stream(), bytes, ledger_.get(), who);
+      return ledger_.get()->adaptor_allocate(pool(), stream(), bytes, who);
     return allocate_plain_slow(pool(), stream_, bytes);
   }
 
   CUSCOPE_DETAIL_NOINLINE void deallocate_rare(void* ptr, std::size_t bytes) noexcept {
-    if (ledger_.get() != nullptr)
-      return free_discharged_nothrow(ptr, bytes, stream_, pool(), ledger_.get());
+    if (ledger_.get() != nullptr) return ledger_.get()->adaptor_free(ptr, bytes, stream(), pool());
     free_plain_nothrow(ptr, bytes, stream_, pool());
   }
 
@@ -128,17 +127,21 @@ class thrust_temporary_allocator {
 };
 
 #if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
-inline auto make_thrust_policy(stream_ref stream, memory_pool_ref pool, ledger* l = nullptr) {
+inline auto make_thrust_policy(stream_ref stream, memory_pool_ref pool,
+                               ledger_access* l = nullptr) {
   return thrust::cuda::par_nosync(thrust_temporary_allocator(stream, pool, l)).on(stream.get());
 }
-inline auto make_thrust_policy_sync(stream_ref stream, memory_pool_ref pool, ledger* l = nullptr) {
+inline auto make_thrust_policy_sync(stream_ref stream, memory_pool_ref pool,
+                                    ledger_access* l = nullptr) {
   return thrust::cuda::par(thrust_temporary_allocator(stream, pool, l)).on(stream.get());
 }
 #else
-inline auto make_thrust_policy(stream_ref stream, memory_pool_ref pool, ledger* l = nullptr) {
+inline auto make_thrust_policy(stream_ref stream, memory_pool_ref pool,
+                               ledger_access* l = nullptr) {
   return thrust::device(thrust_temporary_allocator(stream, pool, l));
 }
-inline auto make_thrust_policy_sync(stream_ref stream, memory_pool_ref pool, ledger* l = nullptr) {
+inline auto make_thrust_policy_sync(stream_ref stream, memory_pool_ref pool,
+                                    ledger_access* l = nullptr) {
   return thrust::device(thrust_temporary_allocator(stream, pool, l));
 }
 #endif
@@ -172,13 +175,15 @@ using thrust_policy_sync_type = decltype(detail::make_thrust_policy_sync(
 /// session (its budget, its leak check) like its make_buffer.
 template <class Session, detail::if_session<Session> = 0>
 [[nodiscard]] thrust_policy_type thrust_policy(Session& session) {
-  return detail::make_thrust_policy(session.stream(), session.pool(), session.accounting());
+  return detail::make_thrust_policy(session.stream(), session.pool(),
+                                    detail::access_of(session.accounting()));
 }
 
 /// @brief thrust_policy_sync on the session's stream and pool, counted by the session.
 template <class Session, detail::if_session<Session> = 0>
 [[nodiscard]] thrust_policy_sync_type thrust_policy_sync(Session& session) {
-  return detail::make_thrust_policy_sync(session.stream(), session.pool(), session.accounting());
+  return detail::make_thrust_policy_sync(session.stream(), session.pool(),
+                                         detail::access_of(session.accounting()));
 }
 
 /// @brief A Thrust allocator of T from a pool on a stream, for

@@ -608,7 +608,7 @@ CUSCOPE_DETAIL_NOINLINE inline std::uint64_t next_ledger_id(const void*& source)
 /// It also knows the streams the session synchronizes by name (its own and those listed), and
 /// whether memory was handed out or moved onto any other stream, in which case the session
 /// synchronizes the device: a stream it was not told about may be destroyed before the end.
-class ledger {
+class ledger final : public ledger_access {
  public:
   ledger(ledger* parent, std::size_t budget_bytes, std::string name, cudaStream_t stream,
          std::vector<cudaStream_t> listed)
@@ -639,6 +639,16 @@ class ledger {
   void release() noexcept {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy();
   }
+
+  // ledger_access, for the adaptors a session hands out. adaptor_allocate and adaptor_free are
+  // defined with the counted paths (device_allocation.hpp, which includes this header).
+  void* adaptor_allocate(const memory_pool_ref& pool, stream_ref stream, std::size_t bytes,
+                         const char* who) override;
+  void adaptor_free(void* ptr, std::size_t bytes, stream_ref stream,
+                    const memory_pool_ref& pool) noexcept override;
+  void adaptor_retain() noexcept override { retain(); }
+  void adaptor_release() noexcept override { release(); }
+  ledger* adaptor_owner() noexcept override { return this; }
 
   /// Drops the reference of the session (or batch range) the ledger counts for. From here on,
   /// the allocations still live hold the ledger, one reference each.
@@ -1356,28 +1366,9 @@ class ledger {
   pointer_index index_;  // the live allocations freed by pointer
 };
 
-/// A counted reference to a ledger, for the adaptors a session hands out (Thrust allocators,
-/// memory resources, batch ranges), which may be copied and outlive the session.
-class ledger_ref {
- public:
-  ledger_ref() noexcept = default;
-  explicit ledger_ref(ledger* l) noexcept : ledger_(l) {
-    if (ledger_ != nullptr) ledger_->retain();
-  }
-  ledger_ref(const ledger_ref& other) noexcept : ledger_ref(other.ledger_) {}
-  ledger_ref(ledger_ref&& other) noexcept : ledger_(std::exchange(other.ledger_, nullptr)) {}
-  ledger_ref& operator=(ledger_ref other) noexcept {
-    std::swap(ledger_, other.ledger_);
-    return *this;
-  }
-  ~ledger_ref() {
-    if (ledger_ != nullptr) ledger_->release();
-  }
-  ledger* get() const noexcept { return ledger_; }
-
- private:
-  ledger* ledger_ = nullptr;
-};
+inline ledger_access* access_of(ledger* l) noexcept {
+  return l;
+}
 
 /// The reason an adaptor of a finished session refuses to allocate.
 [[noreturn]] CUSCOPE_DETAIL_COLD inline void allocate_after_finish(const ledger& l,
