@@ -241,13 +241,15 @@ class imported_allocation {
   /// only after the exporter's allocation has run: order stream after it (an IPC event).
   /// @throws cuda_error when e is not an allocation of pool's exporting pool, or was freed.
   imported_allocation(stream_ref stream, const imported_pool& pool, const allocation_export& e)
-      : imported_allocation(stream, pool, e, nullptr) {}
+      : imported_allocation(stream, pool, e, nullptr, call_site{}) {}
 
   /// @brief As above, on the session's stream, counted by the session (and its parents) like its
-  /// make_buffer allocations: one still mapped at the session's end is a leak.
+  /// make_buffer allocations: one still mapped at the session's end is a leak, named with site
+  /// (by default the caller's file and line).
   /// @throws std::logic_error after the session finished; out_of_memory beyond its budget.
-  imported_allocation(session& counted_by, const imported_pool& pool, const allocation_export& e)
-      : imported_allocation(counted_by.stream(), pool, e, counting(counted_by)) {}
+  imported_allocation(session& counted_by, const imported_pool& pool, const allocation_export& e,
+                      call_site site = call_site::current())
+      : imported_allocation(counted_by.stream(), pool, e, counting(counted_by), site) {}
 
   imported_allocation(const imported_allocation&) = delete;
   imported_allocation& operator=(const imported_allocation&) = delete;
@@ -310,7 +312,7 @@ class imported_allocation {
 
  private:
   imported_allocation(stream_ref stream, const imported_pool& pool, const allocation_export& e,
-                      detail::ledger* accounting)
+                      detail::ledger* accounting, call_site site)
       : stream_(stream.get()), pool_(pool.get()), device_(pool.device()) {
     if (pool.empty())
       throw std::logic_error("cuscope::imported_allocation: empty (moved-from) imported_pool");
@@ -329,7 +331,7 @@ class imported_allocation {
     bytes_ = bytes;
     if (accounting != nullptr) {
       try {  // named in the session's leak report
-        record_ = accounting->enter(data_, bytes_, stream_, "imported", __FILE__, __LINE__);
+        record_ = accounting->enter(data_, bytes_, stream_, "imported", site.file, site.line);
       } catch (...) {
         free();
         accounting->cancel(bytes, charged);
@@ -387,9 +389,11 @@ class imported_buffer {
   /// @throws std::invalid_argument when e's size is not a whole number of T.
   imported_buffer(stream_ref stream, const imported_pool& pool, const allocation_export& e)
       : alloc_(stream, pool, checked(e)) {}
-  /// @brief Imports e from pool, counted by a session, freed on its stream.
-  imported_buffer(session& counted_by, const imported_pool& pool, const allocation_export& e)
-      : alloc_(counted_by, pool, checked(e)) {}
+  /// @brief Imports e from pool, counted by a session, freed on its stream; a leak report names
+  /// site (by default the caller's file and line).
+  imported_buffer(session& counted_by, const imported_pool& pool, const allocation_export& e,
+                  call_site site = call_site::current())
+      : alloc_(counted_by, pool, checked(e), site) {}
 
   /// @brief The untyped mapping underneath.
   [[nodiscard]] const imported_allocation& allocation() const noexcept { return alloc_; }

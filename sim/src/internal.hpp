@@ -481,8 +481,13 @@ void ipc_release(ipc_share& share, const mapped_memory& memory, std::size_t offs
 void ipc_unmap(ipc_share& share, const mapped_memory& memory) noexcept;
 // An exportable pool's share, made when the pool is created; false when it cannot be made.
 bool ipc_share_pool(state& g, CUmemPoolHandle_st& pool);
-// The exporting process frees an allocation of an exportable pool (when the free runs).
-void ipc_exporter_freed(state& g, CUmemPoolHandle_st& pool, std::uintptr_t ptr, const char* api);
+// The export slot of an allocation of an exportable pool whose free is enqueued, or -1 when it
+// was not exported. Taken then, not when the free runs: stream order lets a new allocation at the
+// same address be made and exported before the free has run, and it must get a slot of its own.
+std::int32_t ipc_take_export(CUmemPoolHandle_st& pool, std::uintptr_t ptr) noexcept;
+// The exporting process's free of an allocation taken by ipc_take_export runs.
+void ipc_exporter_freed(state& g, CUmemPoolHandle_st& pool, std::int32_t slot, std::uintptr_t ptr,
+                        const char* api);
 // Frees an imported allocation on s, or at once when s is null (cudaFree).
 cudaError_t ipc_free_imported(state& g,
                               std::map<std::uintptr_t, device_allocation>::iterator allocation,

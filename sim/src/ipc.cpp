@@ -198,14 +198,21 @@ void ipc_unmap(ipc_share& share, const mapped_memory& memory) noexcept {
   share.chunks.erase(it);
 }
 
-void ipc_exporter_freed(state& g, CUmemPoolHandle_st& pool, std::uintptr_t ptr, const char* api) {
+std::int32_t ipc_take_export(CUmemPoolHandle_st& pool, std::uintptr_t ptr) noexcept {
   ipc_share& share = *pool.share;
   const auto it = share.exported.find(ptr);
-  if (it == share.exported.end()) return;
-  const std::uint32_t slot = it->second;
+  if (it == share.exported.end()) return -1;
+  const std::uint32_t slot = it->second;  // below ipc_export_slots
   share.exported.erase(it);
+  return static_cast<std::int32_t>(slot);
+}
+
+void ipc_exporter_freed(state& g, CUmemPoolHandle_st& pool, std::int32_t slot, std::uintptr_t ptr,
+                        const char* api) {
+  if (slot < 0) return;
+  ipc_share& share = *pool.share;
   records_lock lock(*share.header);
-  ipc_export_record& r = share.header->records[slot];
+  ipc_export_record& r = share.header->records[static_cast<std::size_t>(slot)];
   if (r.importers == 0) {
     r = ipc_export_record{};
     return;

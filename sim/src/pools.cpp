@@ -99,7 +99,8 @@ cudaError_t pool_free(state& g, std::map<std::uintptr_t, device_allocation>::ite
   CUmemPoolHandle_st* pool = a.pool;
   g.device_allocs.erase(allocation);
   if (s == nullptr) {
-    if (pool->share != nullptr) ipc_exporter_freed(g, *pool, a.ptr, "cudaFree");
+    if (pool->share != nullptr)
+      ipc_exporter_freed(g, *pool, ipc_take_export(*pool, a.ptr), a.ptr, "cudaFree");
     poison(a.place.host(), std::min(a.footprint, poison_limit));
     pool->allocator.free_now(a.place);
     pool_release_if_destroyed(*pool);
@@ -107,9 +108,10 @@ cudaError_t pool_free(state& g, std::map<std::uintptr_t, device_allocation>::ite
   }
   const pending_free f = pool->allocator.free_later(a.place, free_tag{s->id, s->enqueued + 1});
   const bool foreign = s->device != pool->device;
-  enqueue(g, *s, [pool, f, foreign] {
+  const std::int32_t exported = pool->share != nullptr ? ipc_take_export(*pool, a.ptr) : -1;
+  enqueue(g, *s, [pool, f, foreign, exported] {
     if (pool->share != nullptr)
-      ipc_exporter_freed(global(), *pool, f.chunk->mem.va + f.offset, "cudaFreeAsync");
+      ipc_exporter_freed(global(), *pool, exported, f.chunk->mem.va + f.offset, "cudaFreeAsync");
     poison(f.chunk->mem.host + f.offset, std::min(f.size, poison_limit));
     pool->allocator.complete(f);
     if (foreign) pool->foreign_frees_ran = true;

@@ -431,6 +431,63 @@ TEST_CASE("sim: export data of a freed allocation does not import", "[sim][ipc]"
   REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
 }
 
+namespace {
+
+// Imports the second allocation, checks what it maps, and holds it while the exporter's free of
+// the first allocation at the same address runs.
+void import_reused_address(int sock) {
+  device_guard device;
+  int fd = -1;
+  cudaMemPoolPtrExportData data = receive_value<cudaMemPoolPtrExportData>(sock, &fd);
+  cudaMemPool_t pool = import_pool(fd);
+  void* p = nullptr;
+  REQUIRE(cudaMemPoolImportPointer(&p, pool, &data) == cudaSuccess);
+  std::uint64_t used = 0;
+  REQUIRE(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used) == cudaSuccess);
+  CHECK(used == 4096);  // the 4 KiB allocation, not the 1 MiB one freed before at its address
+  send_value(sock, 1);
+  REQUIRE(receive_value<int>(sock) == 2);  // the first allocation's free has run
+  REQUIRE(cudaFree(p) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+  send_value(sock, 3);
+}
+
+}  // namespace
+
+TEST_CASE("sim: an allocation at the address of one whose free has not run exports as itself",
+          "[sim][ipc]") {
+  if (const int sock = child_socket(); sock >= 0) return import_reused_address(sock);
+  device_guard device;
+  child_process child;
+  cudaMemPool_t pool = make_ipc_pool();
+  cudaStream_t s = make_stream();
+  void* first = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&first, batch_bytes, pool, s) == cudaSuccess);
+  cudaMemPoolPtrExportData data{};
+  REQUIRE(cudaMemPoolExportPointer(&data, first) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(first, s) == cudaSuccess);
+  // Stream order lets the next allocation on s take the same address before the free has run.
+  void* second = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&second, 4096, pool, s) == cudaSuccess);
+  REQUIRE(second == first);
+  REQUIRE(cudaMemPoolExportPointer(&data, second) == cudaSuccess);
+  const int fd = export_pool(pool);
+  send_value(child.socket(), data, fd);
+  close(fd);
+  REQUIRE(receive_value<int>(child.socket()) == 1);
+  // The first allocation's free runs while the child maps the second: no misuse.
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(cuscope::sim::misuse_report() == std::string());
+  send_value(child.socket(), 2);
+  REQUIRE(receive_value<int>(child.socket()) == 3);
+  CHECK(child.wait() == 0);
+  REQUIRE(cudaFreeAsync(second, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(cuscope::sim::misuse_report() == std::string());
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
 TEST_CASE("sim: a descriptor that is not an exported pool does not import", "[sim][ipc]") {
   device_guard device;
   int pipe_fds[2] = {-1, -1};
