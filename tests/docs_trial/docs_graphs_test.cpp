@@ -25,7 +25,9 @@ constexpr std::size_t KiB = std::size_t{1} << 10;
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // The step's "kernel" on a device without kernels: a host node counting the launches.
-void count_launch(void* counter) { static_cast<std::atomic<int>*>(counter)->fetch_add(1); }
+void count_launch(void* counter) {
+  static_cast<std::atomic<int>*>(counter)->fetch_add(1);
+}
 
 std::string hex(const void* p) {
   char text[32];
@@ -88,7 +90,8 @@ TEST_CASE("graphs: a session around a captured step launched 100 times trims the
   REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
   CHECK(launches.load() == 0);  // captured, not run
 
-  for (int i = 0; i < 100; ++i) REQUIRE(cudaGraphLaunch(exec, s.get()) == cudaSuccess);
+  for (int i = 0; i < 100; ++i)
+    REQUIRE(cudaGraphLaunch(exec, s.get()) == cudaSuccess);
   s.synchronize();
   CHECK(launches.load() == 100);
   const std::vector<float> back = out.to_vector(s);
@@ -131,7 +134,7 @@ TEST_CASE("graphs: a session around a captured step launched 100 times trims the
   CHECK(after.reserved_bytes == 0);
   CHECK(after.used_bytes == 0);
   // The pool's side: the output's reserve went back, the graph's never was in it.
-  CHECK(r.peak_used_bytes == pool_before.used_bytes);  // the output alone, as the pool rounds it
+  CHECK(r.peak_used_bytes == pool_before.used_bytes);    // the output alone, as the pool rounds it
   CHECK(r.tracked_peak_bytes == 2 * n * sizeof(float));  // the session counted both
   CHECK(r.returned_bytes == pool_before.reserved_bytes);
   CHECK(pool.stats().reserved_bytes == 0);
@@ -235,7 +238,7 @@ TEST_CASE("graphs: what a capture refuses, as the table says", "[docs][graph][mi
     } catch (const std::logic_error& e) {
       CHECK_THAT(e.what(), contains("during"));
       CHECK_THAT(e.what(), contains("cannot finish while stream " + hex(s.get()) +
-                                        " is capturing a CUDA graph"));
+                                    " is capturing a CUDA graph"));
     }
     CHECK(cuscope::is_capturing(s));  // the capture is left intact
   }

@@ -82,7 +82,8 @@ int consumer_socket() {
 
 std::vector<float> host_data() {
   std::vector<float> host(n);
-  for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 1000) + 0.5f;
+  for (std::size_t i = 0; i < n; ++i)
+    host[i] = static_cast<float>(i % 1000) + 0.5f;
   return host;
 }
 
@@ -157,7 +158,7 @@ void consume(int sock, bool hold_until_told) {
 
 }  // namespace
 
-TEST_CASE("multiprocess: a producer shares a batch with a consumer process and the importer frees first",
+TEST_CASE("multiprocess: a consumer process imports a batch and frees it before the producer",
           "[docs][ipc][session]") {
   if (const int sock = consumer_socket(); sock >= 0) {
     consume(sock, false);
@@ -166,7 +167,7 @@ TEST_CASE("multiprocess: a producer shares a batch with a consumer process and t
   cuscope::test::device_guard device;
   cuscope::stream stream;
   consumer_process child(
-      "multiprocess: a producer shares a batch with a consumer process and the importer frees first");
+      "multiprocess: a consumer process imports a batch and frees it before the producer");
   const int sock = child.socket();
 
   cuscope::pool_options options;
@@ -180,8 +181,7 @@ TEST_CASE("multiprocess: a producer shares a batch with a consumer process and t
   {
     cuscope::pool_descriptor fd(pool);
     CHECK(fd.get() >= 0);
-    cuscope::send_message(sock, hello{cuscope::ipc_handle(filled), cuscope::ipc_handle(read)},
-                          &fd);
+    cuscope::send_message(sock, hello{cuscope::ipc_handle(filled), cuscope::ipc_handle(read)}, &fd);
   }
 
   const std::vector<float> host = host_data();
@@ -227,7 +227,8 @@ TEST_CASE("multiprocess: an exporter free that runs before the importer's is a m
   }
   cuscope::test::device_guard device;
   cuscope::stream stream;
-  consumer_process child("multiprocess: an exporter free that runs before the importer's is a misuse");
+  consumer_process child(
+      "multiprocess: an exporter free that runs before the importer's is a misuse");
   const int sock = child.socket();
 
   cuscope::pool_options options;
@@ -238,8 +239,7 @@ TEST_CASE("multiprocess: an exporter free that runs before the importer's is a m
   cuscope::event filled(interprocess), read(interprocess);
   {
     cuscope::pool_descriptor fd(pool);
-    cuscope::send_message(sock, hello{cuscope::ipc_handle(filled), cuscope::ipc_handle(read)},
-                          &fd);
+    cuscope::send_message(sock, hello{cuscope::ipc_handle(filled), cuscope::ipc_handle(read)}, &fd);
   }
   const std::vector<float> host = host_data();
   void* freed = nullptr;

@@ -176,12 +176,15 @@ std::string line_of(const std::string& text, const std::string& label) {
 }
 
 std::vector<std::string> cleanup_operations;
-void collect(const cuscope::cleanup_error& e) noexcept { cleanup_operations.emplace_back(e.operation); }
+void collect(const cuscope::cleanup_error& e) noexcept {
+  cleanup_operations.emplace_back(e.operation);
+}
 
 }  // namespace
 
-TEST_CASE("observability: a recorder on a pool through three epochs, exported as trace and snapshot",
-          "[docs][recorder][trace]") {
+TEST_CASE(
+    "observability: a recorder on a pool through three epochs, exported as trace and snapshot",
+    "[docs][recorder][trace]") {
   cuscope::test::device_guard device;
   cuscope::stream stream;
   cuscope::recorder rec;  // a ring of 65536 events
@@ -230,13 +233,15 @@ TEST_CASE("observability: a recorder on a pool through three epochs, exported as
   }
   INFO("counters: " << counters.size() << ", slices: " << slices.size()
                     << ", instants: " << instants.size());
-  for (const char* c : {"training: used", "training: reserved", "training: freeing",
-                        "device 0: free"})
+  for (const char* c :
+       {"training: used", "training: reserved", "training: freeing", "device 0: free"})
     CHECK(counters.count(c) == 1);
-  for (const char* s : {"epoch 1", "epoch 2", "epoch 3"}) CHECK(slices.count(s) == 1);
+  for (const char* s : {"epoch 1", "epoch 2", "epoch 3"})
+    CHECK(slices.count(s) == 1);
   CHECK(pids.size() == 1);  // one device, one process
   std::string instant_names;
-  for (const auto& i : instants) instant_names += i + "; ";
+  for (const auto& i : instants)
+    instant_names += i + "; ";
   INFO(instant_names);
   // Instant events for trims, threshold changes, out-of-memory errors and leaks.
   CHECK_THAT(instant_names, contains("trim"));
@@ -276,7 +281,8 @@ TEST_CASE("observability: a recorder on a pool through three epochs, exported as
   cuscope::write_snapshot(rec, snap_path);
   const json after = parse(read_file(snap_path));
   ::unlink(snap_path.c_str());
-  for (const json& s : after["scopes"].a) CHECK(s["live_allocations"].n == 0);
+  for (const json& s : after["scopes"].a)
+    CHECK(s["live_allocations"].n == 0);
 
   // A file that cannot be written: trace_write_error naming the path; the recorder is unchanged.
   try {
@@ -350,14 +356,16 @@ TEST_CASE("observability: a session records into its own recorder without the po
     const json snap = parse(read_file(snap_path));
     ::unlink(snap_path.c_str());
     std::map<std::string, const json*> by_name;
-    for (const json& s : snap["scopes"].a) by_name[s["name"].s] = &s;
+    for (const json& s : snap["scopes"].a)
+      by_name[s["name"].s] = &s;
     REQUIRE(by_name.count("request") == 1);
     REQUIRE(by_name.count("step") == 1);
     CHECK((*by_name["request"])["live_bytes"].n == 1024 * sizeof(int));
     CHECK((*by_name["step"])["live_bytes"].n == 512 * sizeof(int));
     CHECK((*by_name["step"])["parent"].n == (*by_name["request"])["session"].n);
     for (const json& s : snap["scopes"].a)
-      for (const json& a : s["allocations"].a) CHECK(a["ptr"].s != hex(raw));
+      for (const json& a : s["allocations"].a)
+        CHECK(a["ptr"].s != hex(raw));
     made.reset();
     nested_made.reset();
     pool.deallocate(stream, raw, 8 * KiB);
@@ -390,8 +398,9 @@ TEST_CASE("observability: memory_report reconciles what nvidia-smi shows with th
   INFO(text);
   if (cuscope::test::simulated) {
     // concepts.md's example, printed on the simulated device with these very amounts.
-    CHECK(line_of(text, "device 0") == "device 0 (cuscope simulated device): 1.29 GiB taken, "
-                                       "14.71 GiB free of 16.00 GiB");
+    CHECK(line_of(text, "device 0") ==
+          "device 0 (cuscope simulated device): 1.29 GiB taken, "
+          "14.71 GiB free of 16.00 GiB");
     CHECK(line_of(text, "activations") == "activations 1.00 GiB 256.00 MiB 768.00 MiB");
     CHECK(line_of(text, "default pool") == "default pool 0 B 0 B 0 B");
     CHECK(line_of(text, "other (context") == "other (context, cudaMalloc, others) 300.00 MiB");
@@ -462,7 +471,8 @@ TEST_CASE("observability: json_line_sink writes one JSON line per session", "[do
   }
   std::ifstream in(path);
   std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
   ::unlink(path.c_str());
   REQUIRE(lines.size() == 4);
   for (int i = 0; i < 4; ++i) {

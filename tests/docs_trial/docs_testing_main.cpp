@@ -33,7 +33,9 @@ cuscope::memory_pool* suite_pool = nullptr;  // the suite's pool and stream, mad
 cuscope::stream* suite_stream = nullptr;
 
 int cleanup_failures = 0;
-void count_cleanup(const cuscope::cleanup_error&) noexcept { ++cleanup_failures; }
+void count_cleanup(const cuscope::cleanup_error&) noexcept {
+  ++cleanup_failures;
+}
 
 }  // namespace
 
@@ -47,9 +49,7 @@ TEST_CASE("the check's options are the documented defaults", "[docs][testing]") 
 TEST_CASE("leaves 8 MiB cached in the pool", "[docs][testing]") {
   cuscope::stream s;
   suite_pool->set_release_threshold(64 * MiB);  // keep the freed memory cached
-  {
-    auto b = cuscope::device_buffer<char>(s, 8 * MiB, *suite_pool);
-  }
+  { auto b = cuscope::device_buffer<char>(s, 8 * MiB, *suite_pool); }
   s.synchronize();
   CHECK(suite_pool->stats().used_bytes == 0);
   CHECK(suite_pool->stats().reserved_bytes >= 8 * MiB);  // cached: not a leak
@@ -63,7 +63,7 @@ TEST_CASE("finds the pool trimmed by the check after the test before", "[docs][t
 TEST_CASE("frees on a stream and returns without synchronizing", "[docs][testing]") {
   void* p = suite_pool->allocate(*suite_stream, 64 * KiB);
   suite_pool->deallocate(*suite_stream, p, 64 * KiB);  // enqueued: not in use any more
-  CHECK(cuscope::sim::pending_operations() > 0);        // and not run yet
+  CHECK(cuscope::sim::pending_operations() > 0);       // and not run yet
 }
 
 TEST_CASE("a fault injected into an allocation throws and leaks nothing", "[docs][testing]") {
@@ -77,8 +77,12 @@ TEST_CASE("a fault injected into an allocation throws and leaks nothing", "[docs
 TEST_CASE("runs sections, each checked", "[docs][testing]") {
   cuscope::stream s;
   auto shared = cuscope::device_buffer<int>(s, 256, *suite_pool);
-  SECTION("one") { auto b = cuscope::device_buffer<int>(s, 16, *suite_pool); }
-  SECTION("two") { auto b = cuscope::device_buffer<int>(s, 32, *suite_pool); }
+  SECTION("one") {
+    auto b = cuscope::device_buffer<int>(s, 16, *suite_pool);
+  }
+  SECTION("two") {
+    auto b = cuscope::device_buffer<int>(s, 32, *suite_pool);
+  }
 }
 
 // Hidden: each is run on its own by CTest, which expects the program to fail.
@@ -102,7 +106,7 @@ TEST_CASE("leaks a buffer whose free fails", "[.][leak]") {
 }
 
 int main(int argc, char** argv) {
-  cuscope::memory_pool pool;                                 // the suite's pool
+  cuscope::memory_pool pool;  // the suite's pool
   cuscope::stream stream;
   suite_stream = &stream;
   cuscope::testing::watch_pool watched(pool, "suite pool");  // checked around every test
