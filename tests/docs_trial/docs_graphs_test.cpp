@@ -118,6 +118,9 @@ TEST_CASE("graphs: a session around a captured step launched 100 times trims the
   INFO(mr.to_string());
   CHECK(mr.graph.reserved_bytes == held.reserved_bytes);
   CHECK_THAT(mr.to_string(), contains("graph memory (CUDA graphs)"));
+  CHECK(mr.other_bytes() == mr.taken_bytes() - pool.stats().reserved_bytes - held.reserved_bytes);
+  cuscope::reset_graph_memory_peaks(0);  // the peaks fall to what is held now
+  CHECK(cuscope::graph_memory(0).used_high_bytes == held.used_bytes);
 
   out = cuscope::device_buffer<float>();  // the session's buffers end before it does
   const cuscope::session_report& r = epoch.finish();
@@ -271,4 +274,47 @@ TEST_CASE("graphs: what a capture refuses, as the table says", "[docs][graph][mi
   REQUIRE(cudaFreeAsync(early_ptr, s.get()) == cudaSuccess);
   s.synchronize();
   CHECK(pool.stats().used_bytes == 0);
+}
+
+TEST_CASE("graphs: an allocation that fails in a capture is not retried after a trim",
+          "[docs][graph][session]") {
+  cuscope::test::device_guard device;
+  cuscope::memory_pool pool;
+  cuscope::stream s;
+  cuscope::session_options o;
+  o.name = "retrying";
+  o.on_pool_full = cuscope::alloc_policy::retry_after_trim;
+  cuscope::session retrying(pool, s, o);
+  REQUIRE(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeGlobal) == cudaSuccess);
+#if CUSCOPE_TEST_SIMULATED
+  cuscope::sim::fail_api("cudaMallocFromPoolAsync", 1, cudaErrorMemoryAllocation);
+  CHECK_THROWS_AS(retrying.make_buffer<float>(1024), cuscope::out_of_memory);
+  // The retry would have synchronized the device and invalidated the capture.
+  CHECK(cuscope::stream_capture_status(s) == cuscope::capture_status::active);
+#endif
+  cudaGraph_t graph = nullptr;
+  REQUIRE(cudaStreamEndCapture(s.get(), &graph) == cudaSuccess);
+  REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+  const cuscope::session_report& r = retrying.finish();
+  CHECK(r.retries == 0);
+  if (cuscope::test::simulated) CHECK(r.pool_refusals == 1);
+}
+
+TEST_CASE("graphs: synchronizing a capturing stream fails and invalidates the capture",
+          "[docs][graph]") {
+  cuscope::test::device_guard device;
+  cuscope::stream s;
+  REQUIRE(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeGlobal) == cudaSuccess);
+  try {
+    s.synchronize();
+    FAIL("synchronizing a capturing stream succeeded");
+  } catch (const cuscope::cuda_error& e) {
+    CHECK(e.status() == cudaErrorStreamCaptureUnsupported);
+  }
+  CHECK(cuscope::stream_capture_status(s) == cuscope::capture_status::invalidated);
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamEndCapture(s.get(), &graph) == cudaErrorStreamCaptureInvalidated);
+  CHECK(graph == nullptr);
+  (void)cudaGetLastError();
+  CHECK(cuscope::stream_capture_status(s) == cuscope::capture_status::none);
 }
