@@ -318,3 +318,26 @@ TEST_CASE("graphs: synchronizing a capturing stream fails and invalidates the ca
   (void)cudaGetLastError();
   CHECK(cuscope::stream_capture_status(s) == cuscope::capture_status::none);
 }
+
+TEST_CASE("graphs: a buffer allocated in a capture cannot be freed before a launch allocated it",
+          "[docs][graph]") {
+  cuscope::test::device_guard device;
+  cuscope::memory_pool pool;
+  cuscope::stream s;
+  cuscope::device_buffer<int> early;
+  REQUIRE(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeGlobal) == cudaSuccess);
+  early = cuscope::device_buffer<int>(s, 64, pool);
+  cudaGraph_t graph = nullptr;
+  REQUIRE(cudaStreamEndCapture(s.get(), &graph) == cudaSuccess);
+  {
+    cuscope::scoped_cleanup_handler quiet(&collect);
+    cleanups.clear();
+    cleanup_objects.clear();
+    early = cuscope::device_buffer<int>();  // no launch has allocated it: CUDA refuses the free
+    REQUIRE(cleanups.size() == 1);
+    INFO(cleanup_objects[0]);
+    CHECK(cleanups[0].status != cudaSuccess);
+  }
+  (void)cudaGetLastError();
+  REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+}

@@ -18,6 +18,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "test_support.hpp"
@@ -95,6 +96,10 @@ void consume(int sock, bool hold_until_told) {
   cuscope::imported_pool pool(fd);
   cuscope::event filled = cuscope::open_ipc_event(h.filled);
   cuscope::event read = cuscope::open_ipc_event(h.read);
+
+  // An imported pool serves no allocations of its own.
+  CHECK_THROWS_AS(pool.ref().allocate(stream, 1024), cuscope::cuda_error);
+  (void)cudaGetLastError();
 
   const auto m = cuscope::receive_message<cuscope::allocation_export>(sock);
   std::vector<float> seen(n, 0.0f);
@@ -270,7 +275,7 @@ TEST_CASE("multiprocess: an exporter free that runs before the importer's is a m
 }
 #endif
 
-TEST_CASE("multiprocess: the documented errors of pools, descriptors and messages",
+TEST_CASE("multiprocess: the documented errors of pools and descriptors and messages",
           "[docs][ipc][misuse]") {
   if (consumer_socket() >= 0) return;
   cuscope::test::device_guard device;
@@ -306,4 +311,17 @@ TEST_CASE("multiprocess: the documented errors of pools, descriptors and message
   ::close(fds[0]);
   CHECK_THROWS_AS(cuscope::receive_message<int>(fds[1]), std::runtime_error);
   ::close(fds[1]);
+  // A message that should carry a descriptor and does not; a socket that is not one.
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+  cuscope::send_message(fds[0], 5);
+  try {
+    cuscope::pool_descriptor none;
+    (void)cuscope::receive_message<int>(fds[1], &none);
+    FAIL("a message without the descriptor asked for was received");
+  } catch (const std::runtime_error& e) {
+    CHECK_THAT(e.what(), contains("descriptor"));
+  }
+  ::close(fds[0]);
+  ::close(fds[1]);
+  CHECK_THROWS_AS(cuscope::receive_message<int>(fds[1]), std::system_error);
 }

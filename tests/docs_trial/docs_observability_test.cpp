@@ -530,3 +530,27 @@ TEST_CASE("observability: json_line_sink writes one JSON line per session", "[do
   ::unsetenv("CUSCOPE_DOCSOBS_REPORT");
   ::unlink(path.c_str());
 }
+
+#if CUSCOPE_TEST_SIMULATED
+TEST_CASE("observability: a session whose end fails still writes its line with complete false",
+          "[docs][sink]") {
+  cuscope::test::device_guard device;
+  cuscope::stream stream;
+  cuscope::memory_pool pool;
+  std::vector<std::string> got;
+  cuscope::json_line_sink sink([&got](const std::string& line) { got.push_back(line); });
+  cuscope::session_options so;
+  so.name = "failing";
+  so.report_to = &sink;
+  cuscope::session failing(pool, stream, so);
+  { auto b = failing.make_buffer<float>(1024); }
+  cuscope::sim::fail_api("cudaStreamSynchronize", 1, cudaErrorInvalidValue);
+  CHECK_THROWS(failing.finish());
+  REQUIRE(got.size() == 1);
+  const json line = parse(got[0]);
+  CHECK_FALSE(line["complete"].b);
+  REQUIRE(line["errors"].a.size() >= 1);
+  CHECK_THAT(line["errors"].a[0].s, contains("synchron"));
+  (void)cudaGetLastError();
+}
+#endif
