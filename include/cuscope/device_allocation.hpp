@@ -226,6 +226,12 @@ class device_allocation {
                          const char* tag, call_site site, alloc_policy policy);
 
   void free_counted() noexcept;
+  // free_counted()'s default stream (status cudaSuccess: not tried yet) or failed free (status).
+  void free_counted_slow(cudaError_t status) noexcept;
+  // The rest of free_counted() once the memory is freed.
+  void counted_freed() noexcept;
+  // free_counted()'s recording of the free: into the session's recorder, else the pool's.
+  void record_counted_free() const noexcept;
 
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
@@ -398,18 +404,34 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_budgeted(
   }
 }
 
+CUSCOPE_DETAIL_NOINLINE inline void device_allocation::record_counted_free() const noexcept {
+  if (detail::recorder_hook* h = ledger_->hook())
+    h->record_free(device_, pool_, stream_, data_, bytes_);
+  else
+    detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
+}
+
+CUSCOPE_DETAIL_HOT_INLINE inline void device_allocation::counted_freed() noexcept {
+  if (ledger_->hook() != nullptr || detail::any_pool_recorded()) record_counted_free();
+  // record_ is not nullptr: allocate_counted and adopt_counted made one, owned.
+  if (!ledger_->discharge_fast(bytes_, *record_, true)) ledger_->discharge_slow(bytes_, record_);
+}
+
+// As free_async_nothrow(data_, stream_, device_, bytes_), with its rare cases (a default stream,
+// a failed free) out of line, so that only this object is needed once the runtime call returns:
+// the rest is read from it again.
 CUSCOPE_DETAIL_NOINLINE inline void device_allocation::free_counted() noexcept {
-  if (detail::free_async_nothrow(data_, stream_, device_, bytes_)) {
-    if (detail::recorder_hook* h = ledger_->hook())
-      h->record_free(device_, pool_, stream_, data_, bytes_);
-    else if (detail::any_pool_recorded())
-      detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
-    // record_ is not nullptr: allocate_counted and adopt_counted made one, owned.
-    if (!ledger_->discharge_fast(bytes_, *record_, true)) ledger_->discharge_slow(bytes_, record_);
-  } else {
-    // Still allocated: the session goes on counting it, and names it as a leak.
-    ledger_->abandon(record_);
-  }
+  if (detail::is_default_stream(stream_)) return free_counted_slow(cudaSuccess);
+  const cudaError_t status = cudaFreeAsync(data_, stream_);
+  if (status != cudaSuccess) return free_counted_slow(status);
+  counted_freed();
+}
+
+CUSCOPE_DETAIL_NOINLINE inline void device_allocation::free_counted_slow(
+    cudaError_t status) noexcept {
+  if (detail::free_async_slow(data_, stream_, device_, bytes_, status)) return counted_freed();
+  // Still allocated: the session goes on counting it, and names it as a leak.
+  ledger_->abandon(record_);
 }
 
 }  // namespace cuscope

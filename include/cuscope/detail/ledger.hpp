@@ -99,8 +99,14 @@ struct thread_identity {
   bool exiting = false;  // its thread-local objects are being destroyed (thread_token_holder)
 };
 
-inline thread_identity& this_thread_identity_mutable() noexcept {
+// The calling thread's, as it is: number 0 until this_thread_identity() first numbers it.
+inline thread_identity& this_thread_identity_storage() noexcept {
   static thread_local thread_identity me;  // constant-initialized: no guard
+  return me;
+}
+
+inline thread_identity& this_thread_identity_mutable() noexcept {
+  thread_identity& me = this_thread_identity_storage();
   if (me.number == 0) me.number = next_thread_number(me.source);
   return me;
 }
@@ -163,8 +169,19 @@ struct ledger_record {
   std::atomic<bool> holds_ref{false};   // the allocation holds a reference to the ledger
   std::atomic<bool> by_pointer{false};  // freed by pointer (find()), not through its record
   ledger_stripe* stripe = nullptr;      // where it lives
-  std::uint32_t owner_gen = 0;          // the stripe's owner_gen when it was made
-  ledger_record* next_free = nullptr;   // in a free list
+  // The thread that made it (thread_identity). A thread's number changes before the token its
+  // stripes hold dies (thread_token_holder, exit_token_done), and a stripe passes to another
+  // thread only once its token is dead: a thread whose number is still the maker's owns the
+  // record's stripe, and made the record under that ownership.
+  std::uint64_t maker = 0;
+  const void* maker_source = nullptr;
+  ledger_record* next_free = nullptr;  // in a free list
+
+  /// Whether the calling thread made it (and so owns its stripe).
+  CUSCOPE_DETAIL_HOT_INLINE bool made_here() const noexcept {
+    const thread_identity& me = this_thread_identity_storage();
+    return maker == me.number && maker_source == me.source;
+  }
 
   // Writes by the record's holder (one thread at a time): begin_write() returns what
   // end_write() is given.
@@ -233,7 +250,6 @@ struct alignas(64) ledger_stripe {
   std::atomic<std::uint64_t> owner{0};               // its thread (thread_identity)
   std::atomic<const void*> owner_source{nullptr};
   thread_token* token;            // whether its thread runs; under the ledger's lock
-  std::uint32_t owner_gen = 0;    // times it passed to another thread; under the ledger's lock
   ledger_stripe* next = nullptr;  // in the ledger's list
   std::atomic<ledger_record*> chunks[max_chunks] = {};
 
@@ -414,10 +430,9 @@ inline ledger_stripe::~ledger_stripe() {
 
 inline void ledger_stripe::own(const thread_identity& me, thread_token* t) noexcept {
   if (t != nullptr) t->retain();
-  if (token != nullptr && token != t) {
-    token->release();
-    ++owner_gen;  // frees of what the last thread made are no longer this thread's own
-  }
+  // Frees of what the last thread made are not this thread's own: their records name another
+  // maker.
+  if (token != nullptr && token != t) token->release();
   token = t;
   owner.store(me.number, std::memory_order_relaxed);
   owner_source.store(me.source, std::memory_order_relaxed);
@@ -758,7 +773,7 @@ class ledger final : public ledger_access {
     s.reserve();
     ledger_record& r = s.take();  // out of the free list: an allocation until enter_prepared()
                                   // cannot take it
-    describe(r, s, bytes, stream, tag, file, line, holds_ref);
+    describe(r, bytes, stream, tag, file, line, holds_ref);
     return r;
   }
 
@@ -776,7 +791,7 @@ class ledger final : public ledger_access {
     ledger_stripe& s = *e.stripe;
     if (s.free_list == nullptr) return nullptr;
     ledger_record& r = s.take();
-    describe(r, s, bytes, stream, tag, file, line, holds_ref);
+    describe(r, bytes, stream, tag, file, line, holds_ref);
     return &r;
   }
 
@@ -830,7 +845,7 @@ class ledger final : public ledger_access {
     ledger_stripe& s = *r->stripe;
     // This thread's own, and made by it (not by a thread whose stripe it took over, whose counts
     // in the enclosing ledgers are in other stripes).
-    const bool local = is_mine(s) && r->owner_gen == s.owner_gen;
+    const bool local = r->made_here();
     for (ledger* l = parent_; l != nullptr; l = l->parent_) {
       ledger_stripe* const p = local ? l->cached_stripe() : nullptr;
       if (p != nullptr) {
@@ -873,16 +888,13 @@ class ledger final : public ledger_access {
   }
 
   /// discharge(bytes, &r) for the usual free, without a call: a ledger with neither a parent nor
-  /// a budget, r made by the calling thread, whose stripe is in its cache. holds_ref: r's (true
+  /// a budget, r made by the calling thread (which owns its stripe). holds_ref: r's (true
   /// for an allocation an object owns, false for one freed by pointer, which find() took). false,
   /// changing nothing, when it is not that case (then discharge()).
   CUSCOPE_DETAIL_HOT_INLINE bool discharge_fast(std::size_t bytes, ledger_record& r,
                                                 bool holds_ref) noexcept {
-    if (!flat_) return false;
+    if (!flat_ || !r.made_here()) return false;
     ledger_stripe& s = *r.stripe;
-    const stripe_cache_entry& e = this_thread_stripes()[id_ % stripe_cache_size];
-    if (e.ledger != id_ || e.source != id_source_ || e.stripe != &s || r.owner_gen != s.owner_gen)
-      return false;
     r.ptr.store(nullptr, std::memory_order_release);
     const bool ended = begin_op(s);
     ledger_stripe::sub(s.bytes, bytes);
@@ -1145,13 +1157,6 @@ class ledger final : public ledger_access {
     return find_stripe(false);
   }
 
-  // Whether s is the calling thread's.
-  bool is_mine(const ledger_stripe& s) noexcept {
-    const stripe_cache_entry& e = this_thread_stripes()[id_ % stripe_cache_size];
-    if (e.ledger == id_ && e.source == id_source_) return e.stripe == &s;
-    return s.owned_by(this_thread_identity());
-  }
-
   // The calling thread's stripe, into its cache; when it has none, made (make: throws
   // std::bad_alloc) or nullptr.
   CUSCOPE_DETAIL_NOINLINE ledger_stripe* find_stripe(bool make) {
@@ -1213,12 +1218,13 @@ class ledger final : public ledger_access {
   }
   void end_remote() noexcept { remote_ops_.fetch_sub(1, std::memory_order_release); }
 
-  // prepare()'s writing of r, taken from s, with what the leak report names, in one write of its
-  // own: a reader that meets it before enter_prepared() stores its address passes it by (its ptr
-  // is nullptr), and the record is never left being written across the pool's allocation.
-  CUSCOPE_DETAIL_HOT_INLINE static void describe(ledger_record& r, const ledger_stripe& s,
-                                                 std::size_t bytes, cudaStream_t stream,
-                                                 const char* tag, const char* file, unsigned line,
+  // prepare()'s writing of r, taken from the calling thread's stripe, with what the leak report
+  // names, in one write of its own: a reader that meets it before enter_prepared() stores its
+  // address passes it by (its ptr is nullptr), and the record is never left being written across
+  // the pool's allocation.
+  CUSCOPE_DETAIL_HOT_INLINE static void describe(ledger_record& r, std::size_t bytes,
+                                                 cudaStream_t stream, const char* tag,
+                                                 const char* file, unsigned line,
                                                  bool holds_ref) noexcept {
     const unsigned odd = r.begin_write();
     r.bytes.store(bytes, std::memory_order_relaxed);
@@ -1228,7 +1234,9 @@ class ledger final : public ledger_access {
     r.line.store(line, std::memory_order_relaxed);
     r.holds_ref.store(holds_ref, std::memory_order_relaxed);
     r.by_pointer.store(!holds_ref, std::memory_order_relaxed);
-    r.owner_gen = s.owner_gen;
+    const thread_identity& me = this_thread_identity_storage();  // the owner of r's stripe
+    r.maker = me.number;
+    r.maker_source = me.source;
     r.end_write(odd);
   }
 
