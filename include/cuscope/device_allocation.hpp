@@ -195,7 +195,9 @@ class device_allocation {
       bytes_ = bytes;
       return;
     }
-    allocate_counted(pool, bytes, accounting, tag, site, policy);
+    // Set before the memory is: a constructor that throws leaves no object to destroy.
+    ledger_ = accounting;
+    allocate_counted(bytes, tag, site, policy);
   }
 
   CUSCOPE_DETAIL_HOT_INLINE void free() noexcept {
@@ -215,15 +217,18 @@ class device_allocation {
       detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
   }
 
-  // The counted half of the constructor, out of line: bytes (not 0) from pool on stream_,
-  // counted by accounting (not nullptr).
-  void allocate_counted(const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting,
-                        const char* tag, call_site site, alloc_policy policy);
-  void allocate_counted_slow(const memory_pool_ref& pool, std::size_t bytes,
-                             detail::ledger* accounting, const char* tag, call_site site,
+  // The counted half of the constructor, out of line: bytes (not 0) from pool_ on stream_,
+  // counted by ledger_ (not nullptr), which the constructor has set.
+  void allocate_counted(std::size_t bytes, const char* tag, call_site site, alloc_policy policy);
+  void allocate_counted_slow(std::size_t bytes, const char* tag, call_site site,
                              alloc_policy policy);
-  void allocate_budgeted(const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting,
-                         const char* tag, call_site site, alloc_policy policy);
+  void allocate_budgeted(std::size_t bytes, const char* tag, call_site site, alloc_policy policy);
+  // allocate_counted()'s failed runtime call (status), for bytes_: the retries policy asks for
+  // (recorded), then the exception naming the pool.
+  void* allocate_counted_failed(alloc_policy policy, cudaError_t status) const;
+  // allocate_counted()'s recording of the allocation of data_: into the session's recorder, else
+  // the pool's.
+  void record_counted_allocate() const noexcept;
 
   void free_counted() noexcept;
   // free_counted()'s default stream (status cudaSuccess: not tried yet) or failed free (status).
@@ -353,50 +358,74 @@ inline void device_allocation::set_stream(stream_ref stream) {
 }
 
 // What the usual case needs from the ledger is taken inline (prepare_fast), so that nothing but
-// the pool's allocation is called on the way; the rest goes to allocate_counted_slow.
-CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted(
-    const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting, const char* tag,
-    call_site site, alloc_policy policy) {
-  detail::ledger_record* const r =
-      accounting->prepare_fast(bytes, stream_, tag, site.file, site.line);
-  if (r == nullptr) return allocate_counted_slow(pool, bytes, accounting, tag, site, policy);
+// the runtime's allocation is called on the way; the rest goes to allocate_counted_slow. Only
+// this object and the record are needed once the runtime call returns: the rest is read again.
+CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted(std::size_t bytes,
+                                                                        const char* tag,
+                                                                        call_site site,
+                                                                        alloc_policy policy) {
+  // A default stream needs the pool's device current: the pool's own path, out of line.
+  if (detail::is_default_stream(stream_)) return allocate_counted_slow(bytes, tag, site, policy);
+  detail::ledger_record* const r = ledger_->prepare_fast(bytes, stream_, tag, site.file, site.line);
+  if (r == nullptr) return allocate_counted_slow(bytes, tag, site, policy);
   detail::prepared_record g{r};
-  void* const p = detail::pool_access::allocate_recorded(pool, stream_ref(stream_), bytes, policy,
-                                                         accounting->recording());
-  record_ = accounting->enter_prepared(g.release(), p, bytes, stream_, true, true);
-  data_ = p;
   bytes_ = bytes;
-  ledger_ = accounting;
+  void* p = nullptr;
+  // pool_ is not nullptr: a memory_pool_ref never holds a null handle.
+  const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, pool_, stream_);
+  if (status == cudaSuccess) {
+    data_ = p;
+    if (ledger_->hook() != nullptr || detail::any_pool_recorded()) record_counted_allocate();
+  } else {
+    data_ = allocate_counted_failed(policy, status);
+  }
+  record_ = ledger_->enter_prepared(g.release(), data_, bytes_, stream_, true, true);
 }
 
-CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted_slow(
-    const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting, const char* tag,
-    call_site site, alloc_policy policy) {
-  if (accounting->budgeted()) return allocate_budgeted(pool, bytes, accounting, tag, site, policy);
+CUSCOPE_DETAIL_NOINLINE inline void device_allocation::record_counted_allocate() const noexcept {
+  if (detail::recorder_hook* h = ledger_->hook())
+    h->record_allocate(device_, pool_, stream_, data_, bytes_, ledger_->recording().scope);
+  else
+    detail::notify_pool_allocate(device_, pool_, stream_, data_, bytes_);
+}
+
+CUSCOPE_DETAIL_COLD inline void* device_allocation::allocate_counted_failed(
+    alloc_policy policy, cudaError_t status) const {
+  return detail::pool_access::allocate_failed(memory_pool_ref(pool_, device_), stream_ref(stream_),
+                                              bytes_, status, policy, ledger_->recording());
+}
+
+CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted_slow(std::size_t bytes,
+                                                                             const char* tag,
+                                                                             call_site site,
+                                                                             alloc_policy policy) {
+  detail::ledger* const accounting = ledger_;
+  if (accounting->budgeted()) return allocate_budgeted(bytes, tag, site, policy);
   // What counting needs that may fail comes first, so that nothing here needs undoing: the pool
   // counts its refusal in the target's tally.
   detail::prepared_record g{&accounting->prepare(bytes, stream_, tag, site.file, site.line)};
-  void* const p = detail::pool_access::allocate_recorded(pool, stream_ref(stream_), bytes, policy,
-                                                         accounting->recording());
+  void* const p = detail::pool_access::allocate_recorded(
+      memory_pool_ref(pool_, device_), stream_ref(stream_), bytes, policy, accounting->recording());
   record_ = accounting->enter_prepared(g.release(), p, bytes, stream_);
   data_ = p;
   bytes_ = bytes;
-  ledger_ = accounting;
 }
 
-CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_budgeted(
-    const memory_pool_ref& pool, std::size_t bytes, detail::ledger* accounting, const char* tag,
-    call_site site, alloc_policy policy) {
+CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_budgeted(std::size_t bytes,
+                                                                         const char* tag,
+                                                                         call_site site,
+                                                                         alloc_policy policy) {
+  detail::ledger* const accounting = ledger_;
   detail::ledger_record& s = accounting->prepare(bytes, stream_, tag, site.file, site.line);
   bool charged = false;
   try {
     charged = accounting->charge(bytes);  // counts its own refusal
-    void* const p = detail::pool_access::allocate_recorded(pool, stream_ref(stream_), bytes, policy,
-                                                           accounting->recording());
+    void* const p =
+        detail::pool_access::allocate_recorded(memory_pool_ref(pool_, device_), stream_ref(stream_),
+                                               bytes, policy, accounting->recording());
     record_ = accounting->enter_prepared(s, p, bytes, stream_);
     data_ = p;
     bytes_ = bytes;
-    ledger_ = accounting;
   } catch (...) {  // from the pool, which counted its refusal: nothing was allocated
     detail::ledger::unprepare(s);
     accounting->cancel(bytes, charged);

@@ -603,6 +603,12 @@ struct pool_access {
                                cudaError_t status) {
     return pool.allocate_failed(stream, bytes, status);
   }
+  template <class Pool>
+  static void* allocate_failed(const Pool& pool, stream_ref stream, std::size_t bytes,
+                               cudaError_t status, alloc_policy policy,
+                               const record_target& target) {
+    return pool.allocate_failed(stream, bytes, status, policy, target);
+  }
 };
 
 template <class Derived>

@@ -811,17 +811,20 @@ class ledger final : public ledger_access {
     r.ptr.store(ptr, std::memory_order_relaxed);
     r.end_write(odd);
     if (!holds_ref) index_.insert(ptr, &r);
-    const bool ended = begin_op(s);
-    ledger_stripe::add(s.made);
-    add_bytes(s, bytes);
-    if (!ended) {
+    if (__builtin_expect(!begin_op(s), 1)) {
+      ledger_stripe::add(s.made);
+      add_bytes(s, bytes);
       ledger_stripe::add(s.count);
       if (!holds_ref) ledger_stripe::add(s.unowned);
+      end_op(s);
+    } else {
+      ledger_stripe::add(s.made);
+      add_bytes(s, bytes);
+      end_op(s);
+      // After the session's end (allocate_like on one of its buffers), the allocation holds its
+      // own reference; the ledger is alive, held by the buffer this one is like.
+      late(1, holds_ref);
     }
-    end_op(s);
-    // After the session's end (allocate_like on one of its buffers), the allocation holds its own
-    // reference; the ledger is alive, held by the buffer this one is like.
-    if (ended) late(1, holds_ref);
     if (flat) return &r;
     if (budgeted_) hold(bytes);
     for (ledger* l = parent_; l != nullptr; l = l->parent_) {
@@ -896,15 +899,18 @@ class ledger final : public ledger_access {
     if (!flat_ || !r.made_here()) return false;
     ledger_stripe& s = *r.stripe;
     r.ptr.store(nullptr, std::memory_order_release);
-    const bool ended = begin_op(s);
-    ledger_stripe::sub(s.bytes, bytes);
-    if (!ended) {
+    if (__builtin_expect(!begin_op(s), 1)) {
+      ledger_stripe::sub(s.bytes, bytes);
       ledger_stripe::sub(s.count);
       if (!holds_ref) ledger_stripe::sub(s.unowned);
+      s.put(r);
+      end_op(s);
+    } else {
+      ledger_stripe::sub(s.bytes, bytes);
+      s.put(r);
+      end_op(s);
+      late(~std::size_t{0}, holds_ref);  // last: it may delete this
     }
-    s.put(r);
-    end_op(s);
-    if (ended) late(~std::size_t{0}, holds_ref);  // last: it may delete this
     return true;
   }
 
@@ -1240,7 +1246,7 @@ class ledger final : public ledger_access {
     r.end_write(odd);
   }
 
-  static void add_bytes(ledger_stripe& s, std::size_t bytes) noexcept {
+  CUSCOPE_DETAIL_HOT_INLINE static void add_bytes(ledger_stripe& s, std::size_t bytes) noexcept {
     const std::size_t live = s.bytes.load(std::memory_order_relaxed) + bytes;
     s.bytes.store(live, std::memory_order_relaxed);
     if (live > s.peak.load(std::memory_order_relaxed))
