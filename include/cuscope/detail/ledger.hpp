@@ -237,13 +237,18 @@ struct alignas(64) ledger_stripe {
 
   std::atomic<unsigned> in_op{0};  // 1 while its thread counts (see ledger::end)
   // Counted by its thread: what it allocated, less what it freed of that itself.
-  std::atomic<std::size_t> bytes{0};         // live bytes, this ledger's and nested ones'
-  std::atomic<std::size_t> peak{0};          // the most of bytes at once
-  std::atomic<std::size_t> count{0};         // this ledger's live allocations
-  std::atomic<std::size_t> nested_count{0};  // nested ledgers' live allocations
-  std::atomic<std::size_t> unowned{0};       // of count, those freed by pointer (no reference)
-  std::atomic<std::size_t> made{0};          // allocations, ever, this ledger's and nested ones'
-  ledger_record* free_list = nullptr;        // its thread's
+  std::atomic<std::size_t> bytes{0};  // live bytes, this ledger's and nested ones'
+  std::atomic<std::size_t> peak{0};   // the most of bytes at once
+  // This ledger's allocations made before its end, and of them those freed here before the end
+  // (freed after made, with release: a reader that reads freed first, with acquire, never sees
+  // more freed than made). Their difference is the count of those live, one store per
+  // allocation and one per free.
+  std::atomic<std::size_t> made{0};
+  std::atomic<std::size_t> freed{0};
+  std::atomic<std::size_t> unowned{0};               // of made less freed, those freed by pointer
+  std::atomic<std::size_t> nested_count{0};          // nested ledgers' live allocations
+  std::atomic<std::size_t> nested_made{0};           // nested ledgers' allocations, ever
+  ledger_record* free_list = nullptr;                // its thread's
   std::atomic<ledger_record*> remote_free{nullptr};  // records freed on other threads
   std::atomic<std::uint32_t> published{0};           // records readers may look at
   std::uint32_t size = 0;                            // records handed out, ever
@@ -326,6 +331,15 @@ struct alignas(64) ledger_stripe {
   CUSCOPE_DETAIL_HOT_INLINE static void sub(std::atomic<std::size_t>& n,
                                             std::size_t by = 1) noexcept {
     n.store(n.load(std::memory_order_relaxed) - by, std::memory_order_relaxed);
+  }
+  // A free of one of this ledger's allocations, before the end (see freed).
+  CUSCOPE_DETAIL_HOT_INLINE void add_freed() noexcept {
+    freed.store(freed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+  // This ledger's live allocations counted here, read from another thread.
+  std::size_t live() const noexcept {
+    const std::size_t f = freed.load(std::memory_order_acquire);
+    return made.load(std::memory_order_relaxed) - f;
   }
 };
 
@@ -693,8 +707,7 @@ class ledger final : public ledger_access {
     for (ledger_stripe* s = stripes_.load(std::memory_order_acquire); s != nullptr; s = s->next) {
       for (unsigned spins = 0; s->in_op.load(std::memory_order_seq_cst) != 0; ++spins)
         spin_pause(spins);
-      outstanding +=
-          s->count.load(std::memory_order_relaxed) - s->unowned.load(std::memory_order_relaxed);
+      outstanding += s->live() - s->unowned.load(std::memory_order_relaxed);
     }
     for (unsigned spins = 0; remote_ops_.load(std::memory_order_seq_cst) != 0; ++spins)
       spin_pause(spins);
@@ -814,22 +827,21 @@ class ledger final : public ledger_access {
     if (__builtin_expect(!begin_op(s), 1)) {
       ledger_stripe::add(s.made);
       add_bytes(s, bytes);
-      ledger_stripe::add(s.count);
       if (!holds_ref) ledger_stripe::add(s.unowned);
       end_op(s);
     } else {
-      ledger_stripe::add(s.made);
       add_bytes(s, bytes);
       end_op(s);
       // After the session's end (allocate_like on one of its buffers), the allocation holds its
       // own reference; the ledger is alive, held by the buffer this one is like.
+      late_made_.fetch_add(1, std::memory_order_relaxed);
       late(1, holds_ref);
     }
     if (flat) return &r;
     if (budgeted_) hold(bytes);
     for (ledger* l = parent_; l != nullptr; l = l->parent_) {
       ledger_stripe& p = *l->cached_stripe();  // made by prepare()
-      ledger_stripe::add(p.made);
+      ledger_stripe::add(p.nested_made);
       ledger_stripe::add(p.nested_count);
       add_bytes(p, bytes);
     }
@@ -867,7 +879,7 @@ class ledger final : public ledger_access {
       ended = begin_op(s);
       ledger_stripe::sub(s.bytes, bytes);
       if (!ended) {
-        ledger_stripe::sub(s.count);
+        s.add_freed();
         if (!ref) ledger_stripe::sub(s.unowned);
       }
       s.put(*r);
@@ -909,7 +921,7 @@ class ledger final : public ledger_access {
     r.ptr.store(nullptr, std::memory_order_release);
     if (__builtin_expect(!begin_op(s), 1)) {
       ledger_stripe::sub(s.bytes, bytes);
-      ledger_stripe::sub(s.count);
+      s.add_freed();
       if (!holds_ref) ledger_stripe::sub(s.unowned);
       s.put(r);
       end_op(s);
@@ -1101,7 +1113,11 @@ class ledger final : public ledger_access {
     const std::size_t remote = remote_count_.load(std::memory_order_acquire) +
                                remote_nested_count_.load(std::memory_order_acquire);
     const std::size_t late = late_count_.load(std::memory_order_acquire);
-    return sum(&ledger_stripe::count) + sum(&ledger_stripe::nested_count) - remote + late;
+    std::size_t here = 0;
+    for (const ledger_stripe* s = stripes_.load(std::memory_order_acquire); s != nullptr;
+         s = s->next)
+      here += s->live();
+    return here + sum(&ledger_stripe::nested_count) - remote + late;
   }
   /// The most bytes live at once. With a budget here or above, exact (counted in the budgets'
   /// shared counts, once each allocation is made: a request refused after its bytes were checked
@@ -1119,7 +1135,10 @@ class ledger final : public ledger_access {
     return s == nullptr || s->next == nullptr;
   }
   /// Allocations counted here (and in the ledgers under this one) since it began.
-  std::size_t allocations() const noexcept { return sum(&ledger_stripe::made); }
+  std::size_t allocations() const noexcept {
+    return sum(&ledger_stripe::made) + sum(&ledger_stripe::nested_made) +
+           late_made_.load(std::memory_order_relaxed);
+  }
   /// Of them, those freed (not released to their caller, not still live).
   std::size_t frees() const noexcept { return frees(live_allocations()); }
   /// The same, given live_allocations() as read before, so that frees, live and allocations add
@@ -1374,6 +1393,7 @@ class ledger final : public ledger_access {
   std::atomic<std::size_t> released_{0};      // allocations released to their caller, not freed
   std::atomic<std::size_t> dropped_{0};       // live allocations whose free failed, before the end
   std::atomic<std::size_t> late_count_{0};    // allocations made less those freed after the end
+  std::atomic<std::size_t> late_made_{0};     // allocations made after the end
   std::atomic<std::size_t> charged_{0};       // with a budget here or above: bytes charged
   std::atomic<std::size_t> held_{0};          // of charged_, the bytes of allocations made
   std::atomic<std::size_t> charged_peak_{0};  // the most of held_ at once
