@@ -1224,9 +1224,11 @@ class ledger final : public ledger_access {
     if (asymmetric_) {
       s.in_op.store(1, std::memory_order_relaxed);
       std::atomic_signal_fence(std::memory_order_seq_cst);
-      return ended_.load(std::memory_order_acquire);
+    } else {
+      s.in_op.store(1, std::memory_order_seq_cst);
     }
-    s.in_op.store(1, std::memory_order_seq_cst);
+    // One load for both (sequentially consistent: acquire is all the first needs), so that the
+    // caller tests it once.
     return ended_.load(std::memory_order_seq_cst);
   }
   CUSCOPE_DETAIL_HOT_INLINE static void end_op(ledger_stripe& s) noexcept {
