@@ -366,11 +366,10 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted(std::siz
   if (r == nullptr) return allocate_counted_slow(bytes, tag, site, policy);
   detail::prepared_record g{r};
   bytes_ = bytes;
-  void* p = nullptr;
-  // pool_ is not nullptr: a memory_pool_ref never holds a null handle.
-  const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, pool_, stream_);
+  // Straight into data_ (no object is left to destroy if this throws). pool_ is not nullptr: a
+  // memory_pool_ref never holds a null handle.
+  const cudaError_t status = cudaMallocFromPoolAsync(&data_, bytes, pool_, stream_);
   if (status == cudaSuccess) {
-    data_ = p;
     // prepare_fast() served: the ledger has no recorder in place, only the pool's may record.
     if (detail::any_pool_recorded())
       detail::notify_pool_allocate(device_, pool_, stream_, data_, bytes_);
