@@ -191,8 +191,7 @@ class device_allocation {
       : stream_(stream.get()), pool_(pool.get()), device_(pool.device()) {
     if (bytes == 0) return;
     if (accounting == nullptr) {
-      data_ = pool.allocate(stream, bytes, policy);
-      bytes_ = bytes;
+      allocate_uncounted(bytes, policy);
       return;
     }
     // Set before the memory is: a constructor that throws leaves no object to destroy.
@@ -220,6 +219,9 @@ class device_allocation {
   // The counted half of the constructor, out of line: bytes (not 0) from pool_ on stream_,
   // counted by ledger_ (not nullptr), which the constructor has set.
   void allocate_counted(std::size_t bytes, const char* tag, call_site site, alloc_policy policy);
+  // The constructor's allocation that no session counts (a batch's outside a session), out of
+  // line, so that make_buffer's inline part keeps no pool reference for it.
+  void allocate_uncounted(std::size_t bytes, alloc_policy policy);
   void allocate_counted_slow(std::size_t bytes, const char* tag, call_site site,
                              alloc_policy policy);
   void allocate_budgeted(std::size_t bytes, const char* tag, call_site site, alloc_policy policy);
@@ -383,6 +385,12 @@ CUSCOPE_DETAIL_COLD inline void* device_allocation::allocate_counted_failed(
     alloc_policy policy, cudaError_t status) const {
   return detail::pool_access::allocate_failed(memory_pool_ref(pool_, device_), stream_ref(stream_),
                                               bytes_, status, policy, ledger_->recording());
+}
+
+CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_uncounted(std::size_t bytes,
+                                                                          alloc_policy policy) {
+  data_ = memory_pool_ref(pool_, device_).allocate(stream_ref(stream_), bytes, policy);
+  bytes_ = bytes;
 }
 
 CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted_slow(std::size_t bytes,
