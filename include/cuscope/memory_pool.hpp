@@ -565,7 +565,8 @@ CUSCOPE_DETAIL_NOINLINE inline bool free_async_slow(void* ptr, cudaStream_t stre
                                 "allocate it (free it before the capture begins or after it ends)"
                     : status == cudaErrorInvalidValue
                         ? "device memory of a pool, which CUDA does not know as the start of a "
-                          "live allocation (freed twice, or adopted by two owners)"
+                          "live allocation (freed twice, or adopted by two owners; or allocated "
+                          "in a stream capture and not yet allocated by a launch of its graph)"
                         : "device memory of a pool",
                     ptr, __FILE__, __LINE__, bytes);
 }

@@ -336,7 +336,8 @@ TEST_CASE("graphs: a buffer allocated in a capture cannot be freed before a laun
     early = cuscope::device_buffer<int>();  // no launch has allocated it: CUDA refuses the free
     REQUIRE(cleanups.size() == 1);
     INFO(cleanup_objects[0]);
-    CHECK(cleanups[0].status != cudaSuccess);
+    CHECK(cleanups[0].status == cudaErrorInvalidValue);
+    CHECK_THAT(cleanup_objects[0], contains("not yet allocated by a launch of its graph"));
   }
   (void)cudaGetLastError();
   REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
