@@ -701,8 +701,8 @@ class ledger final : public ledger_access {
       report_cleanup("cuscope: the process-wide memory barrier failed", "cuscope::session", this,
                      cudaSuccess, "a session's end may miss a count made at the same time",
                      __FILE__, __LINE__);
-    // The allocations an object owns (count less unowned) still live, less those whose free
-    // failed (they hold none).
+    // The allocations an object owns (made less freed, less unowned) still live, less those
+    // whose free failed (they hold none).
     std::size_t outstanding = 0;
     for (ledger_stripe* s = stripes_.load(std::memory_order_acquire); s != nullptr; s = s->next) {
       for (unsigned spins = 0; s->in_op.load(std::memory_order_seq_cst) != 0; ++spins)
