@@ -228,13 +228,17 @@ class device_allocation {
   // allocate_counted()'s failed runtime call (status), for bytes_: the retries policy asks for
   // (recorded), then the exception naming the pool.
   void* allocate_counted_failed(alloc_policy policy, cudaError_t status) const;
+  // allocate_counted()'s recording of the allocation of data_: into the session's recorder, else
+  // the pool's.
+  void record_counted_allocate() const noexcept;
 
   void free_counted() noexcept;
   // free_counted()'s default stream (status cudaSuccess: not tried yet) or failed free (status).
   void free_counted_slow(cudaError_t status) noexcept;
   // The rest of free_counted() once the memory is freed.
   void counted_freed() noexcept;
-  void counted_freed_slow() noexcept;
+  // free_counted()'s recording of the free: into the session's recorder, else the pool's.
+  void record_counted_free() const noexcept;
 
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
@@ -372,13 +376,18 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted(std::siz
   // memory_pool_ref never holds a null handle.
   const cudaError_t status = cudaMallocFromPoolAsync(&data_, bytes, pool_, stream_);
   if (status == cudaSuccess) {
-    // prepare_fast() served: the ledger has no recorder in place, only the pool's may record.
-    if (detail::any_pool_recorded())
-      detail::notify_pool_allocate(device_, pool_, stream_, data_, bytes_);
+    if (ledger_->hook() != nullptr || detail::any_pool_recorded()) record_counted_allocate();
   } else {
     data_ = allocate_counted_failed(policy, status);
   }
   record_ = ledger_->enter_prepared(g.release(), data_, bytes_, stream_, true, true);
+}
+
+CUSCOPE_DETAIL_NOINLINE inline void device_allocation::record_counted_allocate() const noexcept {
+  if (detail::recorder_hook* h = ledger_->hook())
+    h->record_allocate(device_, pool_, stream_, data_, bytes_, ledger_->recording().scope);
+  else
+    detail::notify_pool_allocate(device_, pool_, stream_, data_, bytes_);
 }
 
 CUSCOPE_DETAIL_COLD inline void* device_allocation::allocate_counted_failed(
@@ -431,20 +440,17 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_budgeted(std::si
   }
 }
 
-// record_ is not nullptr: allocate_counted made one, owned. A ledger that discharge_fast()
-// serves has no recorder in place: only the pool's may record the free.
-CUSCOPE_DETAIL_HOT_INLINE inline void device_allocation::counted_freed() noexcept {
-  if (!ledger_->fast_for(*record_)) return counted_freed_slow();
-  if (detail::any_pool_recorded()) detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
-  ledger_->discharge_fast_checked(bytes_, *record_, true);
-}
-
-CUSCOPE_DETAIL_NOINLINE inline void device_allocation::counted_freed_slow() noexcept {
+CUSCOPE_DETAIL_NOINLINE inline void device_allocation::record_counted_free() const noexcept {
   if (detail::recorder_hook* h = ledger_->hook())
     h->record_free(device_, pool_, stream_, data_, bytes_);
-  else if (detail::any_pool_recorded())
+  else
     detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
-  ledger_->discharge(bytes_, record_);
+}
+
+CUSCOPE_DETAIL_HOT_INLINE inline void device_allocation::counted_freed() noexcept {
+  if (ledger_->hook() != nullptr || detail::any_pool_recorded()) record_counted_free();
+  // record_ is not nullptr: allocate_counted and adopt_counted made one, owned.
+  if (!ledger_->discharge_fast(bytes_, *record_, true)) ledger_->discharge_slow(bytes_, record_);
 }
 
 // As free_async_nothrow(data_, stream_, device_, bytes_), with its rare cases (a default stream,

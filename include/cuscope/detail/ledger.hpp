@@ -791,9 +791,9 @@ class ledger final : public ledger_access {
   }
 
   /// prepare(bytes, stream, tag, file, line, holds_ref) for the usual case, without a call: a
-  /// ledger with neither a parent, a budget nor a recorder in place (hook()), the thread's stripe
-  /// found in its cache and a free record in its free list. nullptr when it is not that case (then
-  /// prepare()). enter_prepared() is then given flat = true.
+  /// ledger with neither a parent nor a budget, the thread's stripe found in its cache and a free
+  /// record in its free list. nullptr when it is not that case (then prepare()).
+  /// enter_prepared() is then given flat = true.
   CUSCOPE_DETAIL_HOT_INLINE ledger_record* prepare_fast(std::size_t bytes, cudaStream_t stream,
                                                         const char* tag, const char* file,
                                                         unsigned line,
@@ -897,26 +897,18 @@ class ledger final : public ledger_access {
     if (ended) late(~std::size_t{0}, ref);  // last: it may delete this
   }
 
-  /// discharge(bytes, &r) for the usual free, without a call: a ledger with neither a parent, a
-  /// budget nor a recorder in place (hook()), r made by the calling thread (which owns its
-  /// stripe). holds_ref: r's (true for an allocation an object owns, false for one freed by
-  /// pointer, which find() took). false, changing nothing, when it is not that case (then
-  /// discharge()).
+  /// discharge(bytes, r), out of line: beside discharge_fast(), which is inlined.
+  CUSCOPE_DETAIL_NOINLINE void discharge_slow(std::size_t bytes, ledger_record* r) noexcept {
+    discharge(bytes, r);
+  }
+
+  /// discharge(bytes, &r) for the usual free, without a call: a ledger with neither a parent nor
+  /// a budget, r made by the calling thread (which owns its stripe). holds_ref: r's (true
+  /// for an allocation an object owns, false for one freed by pointer, which find() took). false,
+  /// changing nothing, when it is not that case (then discharge()).
   CUSCOPE_DETAIL_HOT_INLINE bool discharge_fast(std::size_t bytes, ledger_record& r,
                                                 bool holds_ref) noexcept {
-    if (!fast_for(r)) return false;
-    discharge_fast_checked(bytes, r, holds_ref);
-    return true;
-  }
-
-  /// Whether discharge_fast() serves the free of r.
-  CUSCOPE_DETAIL_HOT_INLINE bool fast_for(const ledger_record& r) const noexcept {
-    return flat_ && r.made_here();
-  }
-
-  /// discharge_fast(bytes, r, holds_ref) once fast_for(r) said it serves.
-  CUSCOPE_DETAIL_HOT_INLINE void discharge_fast_checked(std::size_t bytes, ledger_record& r,
-                                                        bool holds_ref) noexcept {
+    if (!flat_ || !r.made_here()) return false;
     ledger_stripe& s = *r.stripe;
     r.ptr.store(nullptr, std::memory_order_release);
     if (__builtin_expect(!begin_op(s), 1)) {
@@ -931,6 +923,7 @@ class ledger final : public ledger_access {
       end_op(s);
       late(~std::size_t{0}, holds_ref);  // last: it may delete this
     }
+    return true;
   }
 
   /// An allocation charged here is now freed on stream (device_allocation::set_stream).
@@ -994,7 +987,6 @@ class ledger final : public ledger_access {
   void record_into(record_target target) noexcept {
     recording_ = target;
     recording_.tally = &tally_;
-    flat_ = flat_ && target.hook == nullptr;
   }
   const record_target& recording() const noexcept { return recording_; }
   /// The recorder the session's allocations go to in place; nullptr for none.
@@ -1370,10 +1362,8 @@ class ledger final : public ledger_access {
   ledger* parent_;
   cudaStream_t stream_;
   std::size_t budget_;
-  bool budgeted_;  // a budget here or in an enclosing ledger
-  // No budget, no parent, no recorder in place (recording_.hook): prepare_fast() and
-  // discharge_fast() may serve, and what they serve records only into the pool's recorder.
-  bool flat_;
+  bool budgeted_;                    // a budget here or in an enclosing ledger
+  bool flat_;                        // no budget, no parent: prepare_fast() may serve
   bool asymmetric_;                  // asymmetric_fences()
   const void* id_source_ = nullptr;  // set with id_
   std::uint64_t id_;
