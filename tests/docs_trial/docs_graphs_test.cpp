@@ -22,7 +22,6 @@ using cuscope::test::contains;
 namespace {
 
 constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // The step's "kernel" on a device without kernels: a host node counting the launches.
 void count_launch(void* counter) {
