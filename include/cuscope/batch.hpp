@@ -580,6 +580,14 @@ template <
 void batches(Session& session, Range&& source, std::size_t batch_size,
              const batch_options& options = {}) = delete;
 
+/// @brief Deleted: the temporary would be gone while the range still copies from it.
+template <
+    class Session, class Range, class U, detail::if_session<Session> = 0,
+    std::enable_if_t<
+        detail::is_contiguous_range<Range>::value && !std::is_lvalue_reference_v<Range>, int> = 0>
+void batches(Session& session, Range&& source, std::size_t batch_size,
+             const batch_output<U>& output, const batch_options& options = {}) = delete;
+
 /// @brief The samples a producer writes, in batches counted by the session.
 template <class Session, class T, detail::if_session<Session> = 0>
 [[nodiscard]] batch_range<T> batches(Session& session, producer_source<T> source,
