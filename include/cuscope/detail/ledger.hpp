@@ -172,7 +172,9 @@ struct ledger_record {
   // The thread that made it (thread_identity). A thread's number changes before the token its
   // stripes hold dies (thread_token_holder, exit_token_done), and a stripe passes to another
   // thread only once its token is dead: a thread whose number is still the maker's owns the
-  // record's stripe, and made the record under that ownership.
+  // record's stripe, and made the record under that ownership. Written while the record is in
+  // its stripe's free list, by the stripe's owner (ledger_stripe::name_maker), so that taking it
+  // names its maker: every record in a free list names the stripe's owner.
   std::uint64_t maker = 0;
   const void* maker_source = nullptr;
   ledger_record* next_free = nullptr;  // in a free list
@@ -201,7 +203,8 @@ struct ledger_record {
         spin_pause(tries);
         continue;
       }
-      out.ptr = ptr.load(std::memory_order_relaxed);
+      // The address first: its holder stores it alone, with release, after the fields.
+      out.ptr = ptr.load(std::memory_order_acquire);
       out.bytes = bytes.load(std::memory_order_relaxed);
       out.stream = stream.load(std::memory_order_relaxed);
       out.tag = tag.load(std::memory_order_relaxed);
@@ -279,10 +282,26 @@ struct alignas(64) ledger_stripe {
   // Its thread's: makes sure a free record is there for take(); throws std::bad_alloc.
   void reserve() {
     if (free_list != nullptr) return;
-    if (remote_free.load(std::memory_order_relaxed) != nullptr)
+    if (remote_free.load(std::memory_order_relaxed) != nullptr) {
       free_list = remote_free.exchange(nullptr, std::memory_order_acquire);
-    else
-      put(grow());
+      name_maker(free_list);
+    } else {
+      ledger_record& r = grow();
+      r.next_free = nullptr;
+      name_maker(&r);
+      put(r);
+    }
+  }
+
+  // Its thread's (or, in own(), the ledger lock holder's): the records of the free list from
+  // first on name the stripe's owner as their maker (see ledger_record::maker).
+  void name_maker(ledger_record* first) const noexcept {
+    const std::uint64_t number = owner.load(std::memory_order_relaxed);
+    const void* const source = owner_source.load(std::memory_order_relaxed);
+    for (ledger_record* r = first; r != nullptr; r = r->next_free) {
+      r->maker = number;
+      r->maker_source = source;
+    }
   }
 
   // Its thread's, after reserve().
@@ -450,6 +469,7 @@ inline void ledger_stripe::own(const thread_identity& me, thread_token* t) noexc
   token = t;
   owner.store(me.number, std::memory_order_relaxed);
   owner_source.store(me.source, std::memory_order_relaxed);
+  name_maker(free_list);
 }
 
 /// The live allocations of a ledger that are freed by pointer (session::allocate, the adaptors),
@@ -820,9 +840,10 @@ class ledger final : public ledger_access {
                                                           bool flat = false) noexcept {
     if (stream != stream_) note_stream(stream);
     ledger_stripe& s = *r.stripe;
-    const unsigned odd = r.begin_write();
-    r.ptr.store(ptr, std::memory_order_relaxed);
-    r.end_write(odd);
+    // Its other fields were written by describe(), under the sequence count; the address alone,
+    // with release, needs none: a reader that loads it (with acquire) sees them whole, or a
+    // later describe() that changes the count (ledger_record::read).
+    r.ptr.store(ptr, std::memory_order_release);
     if (!holds_ref) index_.insert(ptr, &r);
     if (__builtin_expect(!begin_op(s), 1)) {
       ledger_stripe::add(s.made);
@@ -1261,10 +1282,7 @@ class ledger final : public ledger_access {
     r.line.store(line, std::memory_order_relaxed);
     r.holds_ref.store(holds_ref, std::memory_order_relaxed);
     r.by_pointer.store(!holds_ref, std::memory_order_relaxed);
-    const thread_identity& me = this_thread_identity_storage();  // the owner of r's stripe
-    r.maker = me.number;
-    r.maker_source = me.source;
-    r.end_write(odd);
+    r.end_write(odd);  // r.maker names the calling thread, the owner of r's stripe
   }
 
   CUSCOPE_DETAIL_HOT_INLINE static void add_bytes(ledger_stripe& s, std::size_t bytes) noexcept {
