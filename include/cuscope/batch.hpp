@@ -598,6 +598,18 @@ template <class Session, class T, detail::if_session<Session> = 0>
       std::move(source.fill), batch_size, session.pool(), options, nullptr, session.accounting());
 }
 
+/// @brief The samples a producer writes, in batches counted by the session, with results copied
+/// into output.
+template <class Session, class T, class U, detail::if_session<Session> = 0>
+[[nodiscard]] batch_range<T, U> batches(Session& session, producer_source<T> source,
+                                        std::size_t batch_size, const batch_output<U>& output,
+                                        const batch_options& options = {}) {
+  if (!source.fill) throw std::invalid_argument("cuscope::batches: a producer without a function");
+  return detail::batch_access::make<T, U>(
+      session.stream(), nullptr, detail::sample_elements_of(source.samples, options),
+      std::move(source.fill), batch_size, session.pool(), options, &output, session.accounting());
+}
+
 }  // namespace cuscope
 
 #if CUSCOPE_DETAIL_HOST_CODE  // definitions: host code only (detail/config.hpp)

@@ -268,6 +268,50 @@ TEST_CASE("batches: depth 1, 2 and 3 deliver the same bytes; a producer runs dep
   }
 }
 
+TEST_CASE("batches: a producer inside a session, with results per sample, epoch after epoch",
+          "[docs][batch][session]") {
+  cuscope::test::device_guard device;
+  cuscope::memory_pool pool;
+  cuscope::stream stream;
+  constexpr std::size_t per_sample = 4;
+  constexpr std::size_t samples = 777;
+  const u32_vector data = make_data(samples * per_sample);
+  cuscope::batch_options options;
+  options.sample_elements = per_sample;
+
+  for (int e = 0; e < 2; ++e) {
+    cuscope::session_options so;
+    so.name = "decoded epoch " + std::to_string(e);
+    so.budget_bytes = MiB;
+    cuscope::session s(pool, stream, so);
+    std::size_t calls = 0;
+    auto source = cuscope::from_producer<std::uint32_t>(
+        samples, [&](std::size_t first, std::size_t n, std::uint32_t* out) {
+          for (std::size_t i = 0; i < n * per_sample; ++i)
+            out[i] = data[first * per_sample + i];
+          ++calls;
+        });
+    u32_vector echoed(data.size(), sentinel);
+    std::size_t range_bytes = 0;
+    {
+      auto range =
+          cuscope::batches(s, source, 100, cuscope::output_per_sample(echoed, per_sample), options);
+      range_bytes = range.device_bytes();
+      CHECK(range_bytes == 2 * 2 * 100 * per_sample * sizeof(std::uint32_t));
+      CHECK(s.live_bytes() == range_bytes);  // counted by the session
+      for (const auto& b : range)
+        echo(b);
+    }
+    CHECK(calls == 8);
+    CHECK(echoed == data);
+    const cuscope::session_report& r = s.finish();
+    INFO(r.to_string());
+    CHECK_FALSE(r.leaked());
+    CHECK(r.allocations == r.frees);
+    CHECK(r.tracked_peak_bytes == range_bytes);
+  }
+}
+
 TEST_CASE("batches: break ends the loop early; finish() or the destructor writes the results",
           "[docs][batch][session]") {
   cuscope::test::device_guard device;
