@@ -43,19 +43,24 @@ namespace detail {
 template <class T, class Out, class Batch>
 class batch_pipeline;
 
-/// bytes from pool on stream, counted by accounting (a session's ledger; nullptr counts nothing):
-/// what a session's adaptors (Thrust allocators, memory resources) allocate through.
-/// Throws std::logic_error when the session has finished; out_of_memory.
-/// Named in a leak report by tag and site.
-void* accounted_allocate(const memory_pool_ref& pool, stream_ref stream, std::size_t bytes,
-                         ledger* accounting, const char* who, const char* tag = nullptr,
-                         const char* file = nullptr, unsigned line = 0,
-                         alloc_policy policy = alloc_policy::fail_fast);
+/// bytes (not 0) from pool on stream, counted by accounting (a session's ledger, not finished)
+/// and freed by pointer (free_by_pointer_nothrow, session::deallocate): what a session's allocate
+/// and its adaptors (Thrust allocators, memory resources) hand out. Named in the leak report by
+/// name (a string that outlives the allocation) and file:line. Throws out_of_memory.
+void* allocate_by_pointer(ledger& accounting, const memory_pool_ref& pool, cudaStream_t stream,
+                          std::size_t bytes, const char* name, const char* file, unsigned line,
+                          alloc_policy policy);
 
-/// As free_plain_nothrow, for an adaptor counted by accounting (not nullptr): records the free
-/// into the session's recorder and discharges it, or, where the free failed, leaves it counted.
-void free_discharged_nothrow(void* ptr, std::size_t bytes, cudaStream_t stream,
-                             const memory_pool_ref& pool, ledger* accounting) noexcept;
+/// Frees ptr (nullptr: nothing), bytes from allocate_by_pointer(), in stream order on stream;
+/// never throws. A pointer accounting does not know is freed all the same; a failed free leaves
+/// the allocation counted (a leak the session names), and is reported through the cleanup channel.
+void free_by_pointer_nothrow(ledger& accounting, void* ptr, std::size_t bytes, cudaStream_t stream,
+                             const memory_pool_ref& pool) noexcept;
+
+/// After ptr, bytes from allocate_by_pointer() whose record find() took, was freed on stream:
+/// the free recorded and the allocation no longer counted.
+void by_pointer_freed(ledger& accounting, const memory_pool_ref& pool, cudaStream_t stream,
+                      void* ptr, std::size_t bytes, ledger_record& record) noexcept;
 
 }  // namespace detail
 
@@ -270,79 +275,106 @@ struct prepared_record {
   ledger_record& release() noexcept { return *std::exchange(r, nullptr); }
 };
 
-// accounted_allocate() for a session's ledger (not nullptr) and bytes > 0, out of line.
-CUSCOPE_DETAIL_NOINLINE inline void* accounted_allocate_counted(
-    const memory_pool_ref& pool, stream_ref stream, std::size_t bytes, ledger* accounting,
-    const char* who, const char* tag, const char* file, unsigned line, alloc_policy policy) {
-  if (accounting->closed()) allocate_after_finish(*accounting, who);
-  const char* const name = tag != nullptr ? tag : who;
-  // Freed by pointer through the session or the adaptor, which hold the ledger themselves.
-  if (ledger_record* const fast =
-          accounting->prepare_fast(bytes, stream.get(), name, file, line, false)) {
-    // The usual case: no budget to charge.
-    prepared_record g{fast};
-    void* const p = pool_access::allocate(pool, stream, bytes, policy, accounting->recording());
-    (void)accounting->enter_prepared(g.release(), p, bytes, stream.get(), false, true);
-    return p;
-  }
+// allocate_by_pointer() where the record cannot be taken inline (the ledger has a parent or a
+// budget, the thread is new to it, its free records ran out) or the stream is a default one.
+CUSCOPE_DETAIL_NOINLINE inline void* allocate_by_pointer_slow(
+    ledger& accounting, const memory_pool_ref& pool, cudaStream_t stream, std::size_t bytes,
+    const char* name, const char* file, unsigned line, alloc_policy policy) {
   // What counting needs that may fail comes first: a failure after the pool's allocation would
   // have to free it behind the recorder's back.
-  ledger_record& r = accounting->prepare(bytes, stream.get(), name, file, line, false);
+  ledger_record& r = accounting.prepare(bytes, stream, name, file, line, false);
   bool charged = false;
   try {
-    charged = accounting->charge(bytes);
-    void* const p = pool_access::allocate(pool, stream, bytes, policy, accounting->recording());
-    (void)accounting->enter_prepared(r, p, bytes, stream.get(), false);
+    charged = accounting.charge(bytes);
+    void* const p =
+        pool_access::allocate(pool, stream_ref(stream), bytes, policy, accounting.recording());
+    (void)accounting.enter_prepared(r, p, bytes, stream, false);
     return p;
   } catch (...) {
     // The pool counted its refusal in the target's tally, a budget its own in charge().
     ledger::unprepare(r);
-    accounting->cancel(bytes, charged);
+    accounting.cancel(bytes, charged);
     throw;
   }
 }
 
-// Without a session, the pool's own allocation inline; with one, out of line.
-CUSCOPE_DETAIL_HOT_INLINE inline void* accounted_allocate(const memory_pool_ref& pool,
-                                                          stream_ref stream, std::size_t bytes,
-                                                          ledger* accounting, const char* who,
-                                                          const char* tag, const char* file,
-                                                          unsigned line, alloc_policy policy) {
-  if (accounting == nullptr || bytes == 0)
-    return pool_access::allocate(pool, stream, bytes, policy, record_target{});
-  return accounted_allocate_counted(pool, stream, bytes, accounting, who, tag, file, line, policy);
+// allocate_by_pointer()'s failed runtime call (status): the retries policy asks for (recorded),
+// else the exception naming the pool, and record (prepared, not live) given back.
+CUSCOPE_DETAIL_COLD inline void* allocate_by_pointer_failed(
+    ledger& accounting, ledger_record& record, const memory_pool_ref& pool, cudaStream_t stream,
+    std::size_t bytes, cudaError_t status, alloc_policy policy) {
+  prepared_record g{&record};
+  void* const p = pool_access::allocate_failed(pool, stream_ref(stream), bytes, status, policy,
+                                               accounting.recording());
+  (void)g.release();
+  return p;
 }
 
-CUSCOPE_DETAIL_NOINLINE inline void free_discharged_nothrow(void* ptr, std::size_t bytes,
-                                                            cudaStream_t stream,
-                                                            const memory_pool_ref& pool,
-                                                            ledger* accounting) noexcept {
-  // A failed free leaves the allocation counted (a leak the session names), and reported; it
-  // holds no reference to drop. Its record is taken before the free: once freed, another
-  // thread's allocation may get the address.
+// The usual case inline, where the caller is out of line itself (session's allocate_counted,
+// ledger::adaptor_allocate): a record from the thread's free list written before the runtime's
+// allocation, so that only the record, the ledger and the pool are needed after it.
+CUSCOPE_DETAIL_HOT_INLINE inline void* allocate_by_pointer(ledger& accounting,
+                                                           const memory_pool_ref& pool,
+                                                           cudaStream_t stream, std::size_t bytes,
+                                                           const char* name, const char* file,
+                                                           unsigned line, alloc_policy policy) {
+  // A default stream needs the pool's device current: the pool's own path.
+  ledger_record* const fast = is_default_stream(stream)
+                                  ? nullptr
+                                  : accounting.prepare_fast(bytes, stream, name, file, line, false);
+  if (fast == nullptr)
+    return allocate_by_pointer_slow(accounting, pool, stream, bytes, name, file, line, policy);
+  void* p = nullptr;
+  // A memory_pool_ref never holds a null handle.
+  const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, pool.get(), stream);
+  if (status == cudaSuccess) {
+    if (may_record(accounting.recording()))
+      notify_allocate(accounting.recording(), pool.device(), pool.get(), stream, p, bytes);
+  } else {
+    p = allocate_by_pointer_failed(accounting, *fast, pool, stream, bytes, status, policy);
+  }
+  accounting.enter_by_pointer(*fast, p, bytes, stream);
+  return p;
+}
+
+CUSCOPE_DETAIL_HOT_INLINE inline void by_pointer_freed(ledger& accounting,
+                                                       const memory_pool_ref& pool,
+                                                       cudaStream_t stream, void* ptr,
+                                                       std::size_t bytes,
+                                                       ledger_record& record) noexcept {
+  if (may_record(accounting.recording()))
+    notify_free(accounting.recording(), pool.device(), pool.get(), stream, ptr, bytes);
+  if (!accounting.discharge_fast(bytes, record, false)) accounting.discharge_slow(bytes, &record);
+}
+
+CUSCOPE_DETAIL_HOT_INLINE inline void free_by_pointer_nothrow(
+    ledger& accounting, void* ptr, std::size_t bytes, cudaStream_t stream,
+    const memory_pool_ref& pool) noexcept {
+  // Its record is taken before the free: once freed, another thread's allocation may get the
+  // address.
   if (ptr == nullptr) return;
-  ledger_record* const record = accounting->find(ptr);
+  ledger_record* const record = accounting.find(ptr);
   if (!free_async_nothrow(ptr, stream, pool.device(), bytes)) {
-    if (record != nullptr) accounting->restore(*record, ptr);  // still live
+    if (record != nullptr) accounting.restore(*record, ptr);  // still live
     return;
   }
-  if (recorder_hook* h = accounting->hook())
-    h->record_free(pool.device(), pool.get(), stream, ptr, bytes);
-  else if (any_pool_recorded())
-    notify_pool_free(pool.device(), pool.get(), stream, ptr, bytes);
-  if (record == nullptr || !accounting->discharge_fast(bytes, *record, false))
-    accounting->discharge(bytes, record);
+  if (record != nullptr) return by_pointer_freed(accounting, pool, stream, ptr, bytes, *record);
+  if (may_record(accounting.recording()))
+    notify_free(accounting.recording(), pool.device(), pool.get(), stream, ptr, bytes);
 }
 
 // The ledger's side of ledger_access: what the adaptors a session hands out reach it through.
 inline void* ledger::adaptor_allocate(const memory_pool_ref& pool, stream_ref stream,
                                       std::size_t bytes, const char* who) {
-  return accounted_allocate(pool, stream, bytes, this, who);
+  if (bytes == 0) return nullptr;
+  if (closed()) allocate_after_finish(*this, who);
+  return allocate_by_pointer(*this, pool, stream.get(), bytes, who, nullptr, 0,
+                             alloc_policy::fail_fast);
 }
 
 inline void ledger::adaptor_free(void* ptr, std::size_t bytes, stream_ref stream,
                                  const memory_pool_ref& pool) noexcept {
-  free_discharged_nothrow(ptr, bytes, stream.get(), pool, this);
+  free_by_pointer_nothrow(*this, ptr, bytes, stream.get(), pool);
 }
 
 }  // namespace detail

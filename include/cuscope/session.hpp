@@ -454,8 +454,8 @@ class session {
     if (finished_)
       throw std::logic_error("cuscope::session '" + options_.name +
                              "': allocate after the session finished");
-    return detail::accounted_allocate(pool_, stream, bytes, ledger_, "cuscope::session::allocate",
-                                      tag, site.file, site.line, options_.on_pool_full);
+    if (bytes == 0) return nullptr;
+    return allocate_counted(stream.get(), bytes, tag, site);
   }
 
   /// @brief Frees ptr, bytes from allocate(), in stream order on stream, and stops counting it.
@@ -539,6 +539,14 @@ class session {
 
   // Whether the session's recorder is the pool's, which records the pool's operations itself.
   bool records_pool() const noexcept { return pool_.attached_recorder() == recorder_; }
+
+  // allocate() of bytes (not 0), out of line: six arguments, all in registers.
+  void* allocate_counted(cudaStream_t stream, std::size_t bytes, const char* tag, call_site site);
+  // deallocate()'s cases off its path: a pointer the session does not know (throws), a default
+  // stream (status cudaSuccess: not tried yet) or a failed free (status).
+  [[noreturn]] void deallocate_unknown(const void* ptr, std::size_t bytes) const;
+  void deallocate_slow(cudaStream_t stream, void* ptr, std::size_t bytes,
+                       detail::ledger_record& record, cudaError_t status);
 
   // Trims the pool down to keep bytes, recorded into this session's recorder where the pool
   // does not record into it already.
@@ -781,23 +789,51 @@ inline std::string to_json(const session_report& r) {
   return out;
 }
 
+CUSCOPE_DETAIL_NOINLINE inline void* session::allocate_counted(cudaStream_t stream,
+                                                               std::size_t bytes, const char* tag,
+                                                               call_site site) {
+  return detail::allocate_by_pointer(*ledger_, pool_, stream, bytes,
+                                     tag != nullptr ? tag : "cuscope::session::allocate", site.file,
+                                     site.line, options_.on_pool_full);
+}
+
 inline void session::deallocate(stream_ref stream, void* ptr, std::size_t bytes) {
+  // The record is taken before the free: once freed, another thread's allocation may get the
+  // address.
   if (ptr == nullptr) return;
   detail::ledger_record* const record = ledger_->find(ptr);
-  if (record == nullptr)
-    throw std::logic_error("cuscope::session '" + options_.name + "': deallocate of " +
-                           detail::format_pointer(ptr) + " (" + detail::format_bytes(bytes) +
-                           "), which is not live memory from this session's allocate() "
-                           "(deallocated twice, or allocated elsewhere); nothing was freed");
+  if (record == nullptr) deallocate_unknown(ptr, bytes);
+  const cudaStream_t s = stream.get();
+  if (detail::is_default_stream(s)) return deallocate_slow(s, ptr, bytes, *record, cudaSuccess);
+  const cudaError_t status = cudaFreeAsync(ptr, s);
+  if (status != cudaSuccess) return deallocate_slow(s, ptr, bytes, *record, status);
+  detail::by_pointer_freed(*ledger_, pool_, s, ptr, bytes, *record);
+}
+
+CUSCOPE_DETAIL_COLD inline void session::deallocate_unknown(const void* ptr,
+                                                            std::size_t bytes) const {
+  throw std::logic_error("cuscope::session '" + options_.name + "': deallocate of " +
+                         detail::format_pointer(ptr) + " (" + detail::format_bytes(bytes) +
+                         "), which is not live memory from this session's allocate() "
+                         "(deallocated twice, or allocated elsewhere); nothing was freed");
+}
+
+CUSCOPE_DETAIL_NOINLINE inline void session::deallocate_slow(cudaStream_t stream, void* ptr,
+                                                             std::size_t bytes,
+                                                             detail::ledger_record& record,
+                                                             cudaError_t status) {
   try {
-    pool_.deallocate(stream, ptr, bytes);
+    if (status == cudaSuccess) {  // a default stream: freed with the pool's device current
+      const detail::stream_device_guard on(stream, pool_.device());
+      status = cudaFreeAsync(ptr, stream);
+    }
+    if (status != cudaSuccess)
+      detail::pool_free_failed(pool_.get(), pool_.device(), status, ptr, bytes, stream_ref(stream));
   } catch (...) {
-    ledger_->restore(*record, ptr);  // still live
+    ledger_->restore(record, ptr);  // still live
     throw;
   }
-  if (recorder_ != nullptr && !records_pool())
-    recorder_->record_free(pool_.device(), pool_.get(), stream.get(), ptr, bytes);
-  if (!ledger_->discharge_fast(bytes, *record, false)) ledger_->discharge(bytes, record);
+  detail::by_pointer_freed(*ledger_, pool_, stream, ptr, bytes, record);
 }
 
 inline std::size_t session::live_allocations() const noexcept {

@@ -245,10 +245,12 @@ struct alignas(64) ledger_stripe {
   // This ledger's allocations made before its end, and of them those freed here before the end
   // (freed after made, with release: a reader that reads freed first, with acquire, never sees
   // more freed than made). Their difference is the count of those live, one store per
-  // allocation and one per free.
+  // allocation and one per free: owned by an object (made, freed), and freed by pointer
+  // (made_by_pointer, freed_by_pointer), which hold no reference.
   std::atomic<std::size_t> made{0};
   std::atomic<std::size_t> freed{0};
-  std::atomic<std::size_t> unowned{0};               // of made less freed, those freed by pointer
+  std::atomic<std::size_t> made_by_pointer{0};
+  std::atomic<std::size_t> freed_by_pointer{0};
   std::atomic<std::size_t> nested_count{0};          // nested ledgers' live allocations
   std::atomic<std::size_t> nested_made{0};           // nested ledgers' allocations, ever
   ledger_record* free_list = nullptr;                // its thread's
@@ -352,13 +354,24 @@ struct alignas(64) ledger_stripe {
     n.store(n.load(std::memory_order_relaxed) - by, std::memory_order_relaxed);
   }
   // A free of one of this ledger's allocations, before the end (see freed).
-  CUSCOPE_DETAIL_HOT_INLINE void add_freed() noexcept {
-    freed.store(freed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  // owned: freed (an allocation an object owns), else freed_by_pointer.
+  CUSCOPE_DETAIL_HOT_INLINE void add_freed(bool owned) noexcept {
+    std::atomic<std::size_t>& n = owned ? freed : freed_by_pointer;
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   }
-  // This ledger's live allocations counted here, read from another thread.
-  std::size_t live() const noexcept {
+  // An allocation of this ledger (owned: by an object, else freed by pointer).
+  CUSCOPE_DETAIL_HOT_INLINE void add_made(bool owned) noexcept {
+    add(owned ? made : made_by_pointer);
+  }
+  // This ledger's live allocations counted here that an object owns, read from another thread.
+  std::size_t live_owned() const noexcept {
     const std::size_t f = freed.load(std::memory_order_acquire);
     return made.load(std::memory_order_relaxed) - f;
+  }
+  // All of this ledger's live allocations counted here.
+  std::size_t live() const noexcept {
+    const std::size_t f = freed_by_pointer.load(std::memory_order_acquire);
+    return live_owned() + (made_by_pointer.load(std::memory_order_relaxed) - f);
   }
 };
 
@@ -475,7 +488,9 @@ inline void ledger_stripe::own(const thread_identity& me, thread_token* t) noexc
 /// The live allocations of a ledger that are freed by pointer (session::allocate, the adaptors),
 /// by address, so that a free finds its record in constant time however many are live: shards of
 /// open-addressing tables (linear probing), each under a spin lock of its own, chosen by the
-/// address. Only by-pointer allocations and their frees pay for it. Should a table fail to grow
+/// address. Only by-pointer allocations and their frees pay for it. A free leaves a tombstone
+/// (one store, nothing moved), which the next insert on its way takes; a table whose entries and
+/// tombstones fill half of it is rebuilt, at a quarter or less. Should a table fail to grow
 /// (std::bad_alloc), its shard is marked incomplete and lookups there also scan the records.
 class pointer_index {
  public:
@@ -484,11 +499,11 @@ class pointer_index {
   pointer_index& operator=(const pointer_index&) = delete;
   ~pointer_index() {
     for (shard& s : shards_)
-      delete[] s.slots;
+      if (s.mask != 0) delete[] s.slots;
   }
 
-  /// Indexes r, live at ptr (its ptr already stored). Does not throw.
-  void insert(const void* ptr, ledger_record* r) noexcept {
+  /// Indexes r, live at ptr (its ptr already stored; not nullptr). Does not throw.
+  CUSCOPE_DETAIL_HOT_INLINE void insert(const void* ptr, ledger_record* r) noexcept {
     const std::uint64_t h = hash(ptr);
     shard& s = shards_[h >> (64 - shard_bits)];
     s.lock();
@@ -496,12 +511,14 @@ class pointer_index {
     s.unlock();
   }
 
-  /// Takes the record indexed at ptr that is live at ptr and freed by pointer: its ptr set to
-  /// nullptr and its entry removed, so that no other free by pointer takes it; nullptr when there
-  /// is none. scan: how to look through every record when the shard is incomplete (a function
-  /// called with the lock held, returning the record it took or nullptr).
+  /// Takes the record indexed at ptr: its entry removed and its ptr set to nullptr, so that no
+  /// other free by pointer takes it; nullptr when there is none. scan: how to look through every
+  /// record when the shard is incomplete (a function called with the lock held, returning the
+  /// record it took or nullptr).
   template <class Scan>
   CUSCOPE_DETAIL_HOT_INLINE ledger_record* take(const void* ptr, Scan&& scan) noexcept {
+    // Neither nullptr nor the tombstone's address is ever indexed.
+    if (reinterpret_cast<std::uintptr_t>(ptr) <= tombstone_bits) return nullptr;
     const std::uint64_t h = hash(ptr);
     shard& s = shards_[h >> (64 - shard_bits)];
     s.lock();
@@ -513,101 +530,114 @@ class pointer_index {
 
  private:
   struct slot {
-    const void* ptr;  // nullptr: empty
+    const void* ptr;  // nullptr: empty; tombstone(): freed
     ledger_record* record;
   };
+
+  static constexpr std::uintptr_t tombstone_bits = 1;
+  static const void* tombstone() noexcept { return reinterpret_cast<const void*>(tombstone_bits); }
+
+  static constexpr unsigned shard_bits = 3;
+
+  // The table of a shard before its first entry (mask 0): one empty slot, never written (an
+  // insert grows the table first), so that a lookup needs no test for a missing table. Each
+  // shared library may have its own: only the mask tells it apart.
+  static slot* empty_table() noexcept {
+    static slot none[1] = {};  // constant-initialized
+    return none;
+  }
 
   struct alignas(64) shard {
     std::atomic<bool> locked{false};
     bool incomplete = false;
-    slot* slots = nullptr;
-    std::size_t mask = 0;  // capacity - 1 (a power of two), when slots is not nullptr
-    unsigned shift = 64;   // 64 - log2(capacity)
-    std::size_t size = 0;
+    slot* slots = empty_table();
+    std::size_t mask = 0;              // capacity - 1 (a power of two); 0 for empty_table()
+    unsigned shift = 64 - shard_bits;  // 64 - shard_bits - log2(capacity)
+    std::size_t used = 0;              // slots not empty: entries and tombstones
+    std::size_t limit = 0;  // the most used before the table is rebuilt: half the capacity
 
-    void lock() noexcept {
-      for (unsigned spins = 0; locked.exchange(true, std::memory_order_acquire); ++spins) {
+    // The wait out of line: the paths that take the lock keep their registers for the table.
+    CUSCOPE_DETAIL_HOT_INLINE void lock() noexcept {
+      if (locked.exchange(true, std::memory_order_acquire)) lock_contended();
+    }
+    CUSCOPE_DETAIL_NOINLINE void lock_contended() noexcept {
+      for (unsigned spins = 0;;) {
         while (locked.load(std::memory_order_relaxed))
           spin_pause(spins++);
+        if (!locked.exchange(true, std::memory_order_acquire)) return;
       }
     }
     void unlock() noexcept { locked.store(false, std::memory_order_release); }
 
     // The hash's bits below those that chose the shard.
-    std::size_t home(std::uint64_t h) const noexcept { return (h << shard_bits) >> shift; }
+    std::size_t home(std::uint64_t h) const noexcept { return (h >> shift) & mask; }
 
-    void insert(const void* ptr, ledger_record* r, std::uint64_t h) noexcept {
-      if (slots == nullptr || 2 * (size + 1) > mask + 1) {
-        if (!grow()) {
-          incomplete = true;
-          return;
-        }
+    // The first tombstone or empty slot on the way (an address is live once at a time: no entry
+    // further on can hold it).
+    CUSCOPE_DETAIL_HOT_INLINE void insert(const void* ptr, ledger_record* r,
+                                          std::uint64_t h) noexcept {
+      if (used >= limit && !rebuild()) {
+        incomplete = true;
+        return;
       }
-      place(slot{ptr, r}, h);
-      ++size;
-    }
-
-    void place(slot e, std::uint64_t h) noexcept {
       std::size_t i = home(h);
-      while (slots[i].ptr != nullptr)
+      while (reinterpret_cast<std::uintptr_t>(slots[i].ptr) > tombstone_bits)
         i = (i + 1) & mask;
-      slots[i] = e;
+      if (slots[i].ptr == nullptr) ++used;
+      slots[i].ptr = ptr;
+      slots[i].record = r;
     }
 
-    ledger_record* take(const void* ptr, std::uint64_t h) noexcept {
-      if (slots == nullptr) return nullptr;
-      for (std::size_t i = home(h); slots[i].ptr != nullptr;) {
-        if (slots[i].ptr != ptr) {
-          i = (i + 1) & mask;
-          continue;
+    CUSCOPE_DETAIL_HOT_INLINE ledger_record* take(const void* ptr, std::uint64_t h) noexcept {
+      for (std::size_t i = home(h);; i = (i + 1) & mask) {
+        const void* const p = slots[i].ptr;
+        if (p == ptr) {
+          slots[i].ptr = tombstone();
+          ledger_record* const r = slots[i].record;
+          // Its ptr changes only under this lock once indexed: a scan (an incomplete shard) no
+          // longer finds it either. An entry whose record no longer holds ptr is dropped.
+          if (r->ptr.load(std::memory_order_relaxed) == ptr) {
+            r->ptr.store(nullptr, std::memory_order_release);
+            return r;
+          }
+        } else if (p == nullptr) {
+          return nullptr;
         }
-        ledger_record* const r = slots[i].record;
-        erase(i);
-        // Its ptr changes only under this lock once indexed. An entry whose record no longer
-        // holds ptr (taken by a scan) is dropped on the way.
-        if (r->by_pointer.load(std::memory_order_relaxed) &&
-            r->ptr.load(std::memory_order_relaxed) == ptr) {
-          r->ptr.store(nullptr, std::memory_order_release);
-          return r;
-        }
-        // erase() moved a later entry into slot i, if any: look at i again.
       }
-      return nullptr;
     }
 
-    // Backward-shift deletion: the entries after i that would no longer be found move up.
-    void erase(std::size_t i) noexcept {
-      std::size_t j = i;
-      for (;;) {
-        j = (j + 1) & mask;
-        if (slots[j].ptr == nullptr) break;
-        const std::size_t k = home(hash(slots[j].ptr));
-        // Entry j stays when its home lies cyclically in (i, j].
-        if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
-        slots[i] = slots[j];
-        i = j;
+    // A table of at least four slots per entry (16 at least), the entries moved in and the
+    // tombstones dropped: at least a quarter of it fills before the next rebuild.
+    CUSCOPE_DETAIL_NOINLINE bool rebuild() noexcept {
+      const std::size_t old_capacity = mask == 0 ? 0 : mask + 1;
+      std::size_t live = 0;
+      for (std::size_t i = 0; i < old_capacity; ++i)
+        live += reinterpret_cast<std::uintptr_t>(slots[i].ptr) > tombstone_bits ? 1 : 0;
+      std::size_t capacity = 16;
+      unsigned bits = 4;
+      while (capacity < 4 * (live + 1)) {
+        capacity *= 2;
+        ++bits;
       }
-      slots[i] = slot{nullptr, nullptr};
-      --size;
-    }
-
-    CUSCOPE_DETAIL_NOINLINE bool grow() noexcept {
-      const std::size_t capacity = slots == nullptr ? 16 : 2 * (mask + 1);
       slot* const fresh = new (std::nothrow) slot[capacity]();
       if (fresh == nullptr) return false;
       slot* const old = slots;
-      const std::size_t old_capacity = old == nullptr ? 0 : mask + 1;
       slots = fresh;
       mask = capacity - 1;
-      shift = 64 - static_cast<unsigned>(__builtin_ctzll(capacity));
-      for (std::size_t i = 0; i < old_capacity; ++i)
-        if (old[i].ptr != nullptr) place(old[i], hash(old[i].ptr));
-      delete[] old;
+      shift = 64 - shard_bits - bits;
+      limit = capacity / 2;
+      used = live;
+      for (std::size_t i = 0; i < old_capacity; ++i) {
+        if (reinterpret_cast<std::uintptr_t>(old[i].ptr) <= tombstone_bits) continue;
+        std::size_t j = home(hash(old[i].ptr));
+        while (slots[j].ptr != nullptr)
+          j = (j + 1) & mask;
+        slots[j] = old[i];
+      }
+      if (old_capacity != 0) delete[] old;
       return true;
     }
   };
-
-  static constexpr unsigned shard_bits = 3;
 
   // Fibonacci hashing: the high bits of the product depend on every bit of the address (which
   // is aligned, to 256 bytes or more from a pool); the top ones choose the shard, the next ones
@@ -721,13 +751,13 @@ class ledger final : public ledger_access {
       report_cleanup("cuscope: the process-wide memory barrier failed", "cuscope::session", this,
                      cudaSuccess, "a session's end may miss a count made at the same time",
                      __FILE__, __LINE__);
-    // The allocations an object owns (made less freed, less unowned) still live, less those
+    // The allocations an object owns (made less freed) still live, less those
     // whose free failed (they hold none).
     std::size_t outstanding = 0;
     for (ledger_stripe* s = stripes_.load(std::memory_order_acquire); s != nullptr; s = s->next) {
       for (unsigned spins = 0; s->in_op.load(std::memory_order_seq_cst) != 0; ++spins)
         spin_pause(spins);
-      outstanding += s->live() - s->unowned.load(std::memory_order_relaxed);
+      outstanding += s->live_owned();
     }
     for (unsigned spins = 0; remote_ops_.load(std::memory_order_seq_cst) != 0; ++spins)
       spin_pause(spins);
@@ -831,6 +861,28 @@ class ledger final : public ledger_access {
   /// Gives back what prepare() took, when the allocation was not made (same thread).
   static void unprepare(ledger_record& r) noexcept { r.stripe->put(r); }
 
+  /// enter_prepared(r, ptr, bytes, stream, false, true) for r from prepare_fast(..., false): r
+  /// live at ptr, indexed by ptr for find(), and counted. Does not throw.
+  CUSCOPE_DETAIL_HOT_INLINE void enter_by_pointer(ledger_record& r, const void* ptr,
+                                                  std::size_t bytes, cudaStream_t stream) noexcept {
+    if (stream != stream_) note_stream(stream);
+    const unsigned odd = r.begin_write();
+    r.ptr.store(ptr, std::memory_order_relaxed);
+    r.end_write(odd);
+    index_.insert(ptr, &r);
+    ledger_stripe& s = *r.stripe;
+    if (__builtin_expect(!begin_op(s), 1)) {
+      s.add_made(false);
+      add_bytes(s, bytes);
+      end_op(s);
+    } else {
+      add_bytes(s, bytes);
+      end_op(s);
+      late_made_.fetch_add(1, std::memory_order_relaxed);
+      late(1, false);
+    }
+  }
+
   /// enter() after prepare(bytes, stream, ..., holds_ref) returned r, on the same thread; does
   /// not throw.
   /// flat: r came from prepare_fast() (the ledger has no parent).
@@ -846,9 +898,8 @@ class ledger final : public ledger_access {
     r.ptr.store(ptr, std::memory_order_release);
     if (!holds_ref) index_.insert(ptr, &r);
     if (__builtin_expect(!begin_op(s), 1)) {
-      ledger_stripe::add(s.made);
+      s.add_made(holds_ref);
       add_bytes(s, bytes);
-      if (!holds_ref) ledger_stripe::add(s.unowned);
       end_op(s);
     } else {
       add_bytes(s, bytes);
@@ -899,10 +950,7 @@ class ledger final : public ledger_access {
     if (local) {
       ended = begin_op(s);
       ledger_stripe::sub(s.bytes, bytes);
-      if (!ended) {
-        s.add_freed();
-        if (!ref) ledger_stripe::sub(s.unowned);
-      }
+      if (!ended) s.add_freed(ref);
       s.put(*r);
       end_op(s);
     } else {
@@ -931,11 +979,11 @@ class ledger final : public ledger_access {
                                                 bool holds_ref) noexcept {
     if (!flat_ || !r.made_here()) return false;
     ledger_stripe& s = *r.stripe;
-    r.ptr.store(nullptr, std::memory_order_release);
+    // One freed by pointer is not live since find() took it.
+    if (holds_ref) r.ptr.store(nullptr, std::memory_order_release);
     if (__builtin_expect(!begin_op(s), 1)) {
       ledger_stripe::sub(s.bytes, bytes);
-      s.add_freed();
-      if (!holds_ref) ledger_stripe::sub(s.unowned);
+      s.add_freed(holds_ref);
       s.put(r);
       end_op(s);
     } else {
@@ -961,8 +1009,7 @@ class ledger final : public ledger_access {
   /// nullptr, so that no other free by pointer takes it. Call it before the memory goes back to
   /// the pool (after that, another thread's allocation may get the address), and restore() the
   /// record when the free fails; nullptr when there is none. Constant time (pointer_index).
-  ledger_record* find(const void* ptr) noexcept {
-    if (ptr == nullptr) return nullptr;
+  CUSCOPE_DETAIL_HOT_INLINE ledger_record* find(const void* ptr) noexcept {
     return index_.take(ptr, [this, ptr] { return scan(ptr); });
   }
 
@@ -1149,8 +1196,8 @@ class ledger final : public ledger_access {
   }
   /// Allocations counted here (and in the ledgers under this one) since it began.
   std::size_t allocations() const noexcept {
-    return sum(&ledger_stripe::made) + sum(&ledger_stripe::nested_made) +
-           late_made_.load(std::memory_order_relaxed);
+    return sum(&ledger_stripe::made) + sum(&ledger_stripe::made_by_pointer) +
+           sum(&ledger_stripe::nested_made) + late_made_.load(std::memory_order_relaxed);
   }
   /// Of them, those freed (not released to their caller, not still live).
   std::size_t frees() const noexcept { return frees(live_allocations()); }
@@ -1333,7 +1380,7 @@ class ledger final : public ledger_access {
     if (it != subs_.end()) subs_.erase(it);
   }
 
-  void note_stream(cudaStream_t stream) noexcept {
+  CUSCOPE_DETAIL_HOT_INLINE void note_stream(cudaStream_t stream) noexcept {
     if (other_streams_.load(std::memory_order_relaxed)) return;
     if (find_in(listed_, stream) != listed_.end()) return;
     other_streams_.store(true, std::memory_order_relaxed);
