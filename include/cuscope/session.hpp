@@ -542,9 +542,10 @@ class session {
 
   // allocate() of bytes (not 0), out of line: six arguments, all in registers.
   void* allocate_counted(cudaStream_t stream, std::size_t bytes, const char* tag, call_site site);
-  // deallocate()'s cases off its path: a pointer the session does not know (throws), a default
-  // stream (status cudaSuccess: not tried yet) or a failed free (status).
-  [[noreturn]] void deallocate_unknown(const void* ptr, std::size_t bytes) const;
+  // deallocate()'s cases off its path: nullptr (nothing to do) or another pointer the session
+  // does not know (throws), a default stream (status cudaSuccess: not tried yet) or a failed free
+  // (status).
+  void deallocate_unknown(const void* ptr, std::size_t bytes) const;
   void deallocate_slow(cudaStream_t stream, void* ptr, std::size_t bytes,
                        detail::ledger_record& record, cudaError_t status);
 
@@ -799,10 +800,9 @@ CUSCOPE_DETAIL_NOINLINE inline void* session::allocate_counted(cudaStream_t stre
 
 inline void session::deallocate(stream_ref stream, void* ptr, std::size_t bytes) {
   // The record is taken before the free: once freed, another thread's allocation may get the
-  // address.
-  if (ptr == nullptr) return;
+  // address. find() finds nothing for nullptr, which frees nothing.
   detail::ledger_record* const record = ledger_->find(ptr);
-  if (record == nullptr) deallocate_unknown(ptr, bytes);
+  if (record == nullptr) return deallocate_unknown(ptr, bytes);
   const cudaStream_t s = stream.get();
   if (detail::is_default_stream(s)) return deallocate_slow(s, ptr, bytes, *record, cudaSuccess);
   const cudaError_t status = cudaFreeAsync(ptr, s);
@@ -812,6 +812,7 @@ inline void session::deallocate(stream_ref stream, void* ptr, std::size_t bytes)
 
 CUSCOPE_DETAIL_COLD inline void session::deallocate_unknown(const void* ptr,
                                                             std::size_t bytes) const {
+  if (ptr == nullptr) return;
   throw std::logic_error("cuscope::session '" + options_.name + "': deallocate of " +
                          detail::format_pointer(ptr) + " (" + detail::format_bytes(bytes) +
                          "), which is not live memory from this session's allocate() "

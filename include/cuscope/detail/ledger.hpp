@@ -574,18 +574,30 @@ class pointer_index {
 
     // The first tombstone or empty slot on the way (an address is live once at a time: no entry
     // further on can hold it).
+    // A tombstone taken leaves the fill as it is: only an empty slot taken may need a rebuild.
     CUSCOPE_DETAIL_HOT_INLINE void insert(const void* ptr, ledger_record* r,
                                           std::uint64_t h) noexcept {
-      if (used >= limit && !rebuild()) {
-        incomplete = true;
-        return;
+      std::size_t i = probe(h);
+      if (slots[i].ptr == nullptr) {
+        if (used >= limit) {
+          if (!rebuild()) {
+            incomplete = true;
+            return;
+          }
+          i = probe(h);
+        }
+        ++used;
       }
+      slots[i].record = r;
+      slots[i].ptr = ptr;
+    }
+
+    // The first tombstone or empty slot from the home of h on.
+    std::size_t probe(std::uint64_t h) const noexcept {
       std::size_t i = home(h);
       while (reinterpret_cast<std::uintptr_t>(slots[i].ptr) > tombstone_bits)
         i = (i + 1) & mask;
-      if (slots[i].ptr == nullptr) ++used;
-      slots[i].ptr = ptr;
-      slots[i].record = r;
+      return i;
     }
 
     CUSCOPE_DETAIL_HOT_INLINE ledger_record* take(const void* ptr, std::uint64_t h) noexcept {
@@ -866,9 +878,8 @@ class ledger final : public ledger_access {
   CUSCOPE_DETAIL_HOT_INLINE void enter_by_pointer(ledger_record& r, const void* ptr,
                                                   std::size_t bytes, cudaStream_t stream) noexcept {
     if (stream != stream_) note_stream(stream);
-    const unsigned odd = r.begin_write();
-    r.ptr.store(ptr, std::memory_order_relaxed);
-    r.end_write(odd);
+    // As in enter_prepared(): the address alone, with release.
+    r.ptr.store(ptr, std::memory_order_release);
     index_.insert(ptr, &r);
     ledger_stripe& s = *r.stripe;
     if (__builtin_expect(!begin_op(s), 1)) {
@@ -1008,7 +1019,8 @@ class ledger final : public ledger_access {
   /// The record of the live allocation at ptr that is freed by pointer, taken: its ptr set to
   /// nullptr, so that no other free by pointer takes it. Call it before the memory goes back to
   /// the pool (after that, another thread's allocation may get the address), and restore() the
-  /// record when the free fails; nullptr when there is none. Constant time (pointer_index).
+  /// record when the free fails; nullptr when there is none (and for nullptr). Constant time
+  /// (pointer_index).
   CUSCOPE_DETAIL_HOT_INLINE ledger_record* find(const void* ptr) noexcept {
     return index_.take(ptr, [this, ptr] { return scan(ptr); });
   }
