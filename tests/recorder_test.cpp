@@ -542,3 +542,35 @@ TEST_CASE("recorder: a session records what its allocate hands out and its deall
   CHECK(allocations == 1);
   CHECK(frees == 1);
 }
+
+TEST_CASE(
+    "recorder: memory a session with a recorder of its own hands out by pointer is recorded "
+    "there, allocation and free, and not into the pool's",
+    "[recorder]") {
+  device_guard device;
+  recorder pool_recorder(small(64));
+  recorder session_recorder(small(64));
+  memory_pool pool;
+  pool.set_recorder(&pool_recorder, "shared");
+  cuscope::stream s;
+  cuscope::session_options o;
+  o.record_into = &session_recorder;
+  {
+    cuscope::session scope(pool, s, o);
+    void* p = scope.allocate(s, 1024);
+    scope.deallocate(s, p, 1024);
+    cuscope::pool_resource resource(scope);
+    void* q = resource.allocate_async(512, 256, ::cuda::stream_ref(s.get()));
+    resource.deallocate_async(q, 512, 256, ::cuda::stream_ref(s.get()));
+  }
+  const auto count = [](const recorder& r, memory_event_kind kind) {
+    std::size_t n = 0;
+    for (const memory_event& e : r.events())
+      if (e.kind == kind) ++n;
+    return n;
+  };
+  CHECK(count(session_recorder, memory_event_kind::allocate) == 2);
+  CHECK(count(session_recorder, memory_event_kind::free) == 2);
+  CHECK(count(pool_recorder, memory_event_kind::allocate) == 0);
+  CHECK(count(pool_recorder, memory_event_kind::free) == 0);
+}
