@@ -740,6 +740,42 @@ TEST_CASE("session: raw pool memory that outlives the session is reported as an 
   s.synchronize();
 }
 
+TEST_CASE("session: the pool's rounding of a leaked allocation is not an untracked leak",
+          "[session]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.name = "odd sizes";
+  o.on_leak = leak_policy::ignore;
+  std::vector<device_buffer<char>> kept;
+  void* p = nullptr;
+  {
+    session work(pool, s, o);
+    kept.push_back(work.make_buffer<char>(400));   // 512 bytes in use in the pool
+    kept.push_back(work.make_buffer<char>(1000));  // 1024
+    const session_report& r = work.finish();
+    INFO(r.to_string());
+    CHECK(r.leaked_allocations == 2);
+    CHECK(r.leaked_bytes == 1400);
+    CHECK(r.untracked_bytes == 0);
+    CHECK_FALSE(r.untracked_leak);
+    CHECK_THAT(r.to_string(), !contains("more in use in the pool than at entry"));
+  }
+  {
+    session work(pool, s, o);
+    kept.push_back(work.make_buffer<char>(300));
+    p = pool.allocate(s, 4096);  // behind the session's back, beside a rounded leak
+    const session_report& r = work.finish();
+    INFO(r.to_string());
+    CHECK(r.untracked_bytes == 4096);
+    CHECK(r.untracked_leak);
+  }
+  pool.deallocate(s, p, 4096);
+  kept.clear();
+  s.synchronize();
+}
+
 TEST_CASE("session: raw allocations beside a sibling session are reported, not blamed",
           "[session]") {
   device_guard device;

@@ -96,7 +96,8 @@ struct session_report {
   std::size_t retries = 0;
   /// @brief Pool memory in use at the end beyond what was in use at entry that no allocation
   /// counted by the session (or by the sessions it is nested in, or nested in it) accounts for: a
-  /// raw pool.allocate, another library allocating from the pool, or another session on it.
+  /// raw pool.allocate, another library allocating from the pool, or another session on it. The
+  /// pool's rounding of the counted allocations still live (to 256 bytes) is theirs, not untracked.
   std::size_t untracked_bytes = 0;
   /// @brief Whether untracked_bytes counts as a leak of this session: it is not 0,
   /// session_options::untracked_leaks is on, and no other session nested in the same parent ran
@@ -1338,9 +1339,18 @@ inline auto session::finish_impl(bool may_throw) -> const session_report& {
 
 inline void session::account_untracked() {
   const auto tracked_now = static_cast<long long>(ledger_->root()->live_bytes());
-  const long long grown = static_cast<long long>(report_.used_at_exit_bytes) -
-                          static_cast<long long>(report_.used_at_entry_bytes) -
-                          (tracked_now - static_cast<long long>(tracked_at_entry_));
+  long long grown = static_cast<long long>(report_.used_at_exit_bytes) -
+                    static_cast<long long>(report_.used_at_entry_bytes) -
+                    (tracked_now - static_cast<long long>(tracked_at_entry_));
+  if (grown > 0 && ledger_->live_allocations() != 0) {
+    // The pool counts each allocation rounded up to its 256-byte alignment, the ledger the bytes
+    // asked: what the rounding adds to the counted allocations still live is theirs.
+    std::vector<detail::named_record> live;
+    ledger_->live_records(live);
+    for (const detail::named_record& r : live)
+      grown -=
+          static_cast<long long>(((r.record.bytes + 255) & ~std::size_t{255}) - r.record.bytes);
+  }
   report_.untracked_bytes = grown > 0 ? static_cast<std::size_t>(grown) : 0;
   bool alone = true;
   if (detail::ledger* const up = ledger_->parent()) {

@@ -686,12 +686,18 @@ TEST_CASE("batches: bad sizes and outputs are refused naming the sizes", "[docs]
   cuscope::stream stream;
   const u32_vector data = make_data(100);
 
-  CHECK_THROWS_AS(cuscope::batches(stream, data, 0, pool), std::invalid_argument);
+  CHECK_THROWS_WITH(cuscope::batches(stream, data, 0, pool),
+                    cuscope::test::contains("batch size must be at least 1"));
   cuscope::batch_options o;
   o.depth = 0;
-  CHECK_THROWS_AS(cuscope::batches(stream, data, 10, pool, o), std::invalid_argument);
+  CHECK_THROWS_WITH(cuscope::batches(stream, data, 10, pool, o),
+                    cuscope::test::contains("depth must be at least 1"));
   o = {};
   o.min_batch = 0;
+  CHECK_THROWS_WITH(cuscope::batches(stream, data, 10, pool, o),
+                    cuscope::test::contains("min_batch must be at least 1"));
+  o = {};
+  o.depth = 0;
   CHECK_THROWS_AS(cuscope::batches(stream, data, 10, pool, o), std::invalid_argument);
   o = {};
   o.sample_elements = 3;  // 100 elements are not a whole number of 3-element samples
@@ -699,15 +705,16 @@ TEST_CASE("batches: bad sizes and outputs are refused naming the sizes", "[docs]
     auto range = cuscope::batches(stream, data, 10, pool, o);
     FAIL("a source of 33.3 samples was accepted");
   } catch (const std::invalid_argument& e) {
-    CHECK_THAT(e.what(), cuscope::test::contains("100"));
-    CHECK_THAT(e.what(), cuscope::test::contains("3"));
+    CHECK_THAT(e.what(), cuscope::test::contains("a source of 100 elements"));
+    CHECK_THAT(e.what(), cuscope::test::contains("sample_elements = 3"));
   }
   u32_vector small(9);  // 10 batches of 10 need 10 results
   try {
     auto range = cuscope::batches(stream, data, 10, pool, cuscope::output_per_batch(small, 1));
     FAIL("a host output too small was accepted");
   } catch (const std::invalid_argument& e) {
-    CHECK_THAT(e.what(), cuscope::test::contains("9"));
+    CHECK_THAT(e.what(), cuscope::test::contains("a host output of 9 elements"));
+    CHECK_THAT(e.what(), cuscope::test::contains("10 batches of 10 samples"));
   }
   CHECK(pool.stats().reserved_bytes == 0);
 }
@@ -813,4 +820,90 @@ TEST_CASE(
     CHECK(r.returned_bytes > 0);  // the batches' memory
     CHECK(r.reserved_at_exit_bytes == 0);
   }
+}
+
+TEST_CASE("batches: a range that outlives its session's end is that session's leak",
+          "[docs][batch][session]") {
+  cuscope::test::device_guard device;
+  cuscope::memory_pool pool;
+  cuscope::stream stream;
+  const u32_vector data = make_data(1000);
+  auto all = cuscope::device_buffer<std::uint32_t>(stream, data.size(), pool);
+  stream.synchronize();
+  const std::size_t used_before = pool.stats().used_bytes;
+
+  std::vector<cuscope::session_report> leaks;
+  cuscope::session_options so;
+  so.name = "short epoch";
+  so.leak_sink = [&](const cuscope::session_report& r) { leaks.push_back(r); };
+  cuscope::session s(pool, stream, so);
+  auto range = cuscope::batches(s, data, 100);
+  auto it = range.begin();
+  gather(*it, all);
+  const auto was = it++;  // as ++it, returning the batch it was on
+  CHECK(was.index() == 0);
+  CHECK(it->index() == 1);
+
+  const cuscope::session_report& r = s.finish();  // the range still holds its buffers
+  INFO(r.to_string());
+  CHECK(r.leaked());
+  CHECK(r.leaked_bytes == range.device_bytes());
+  CHECK(r.leaked_allocations == r.allocations);
+  // The pool's rounding of the range's buffers is theirs, not a second, untracked leak.
+  CHECK(r.untracked_bytes == 0);
+  CHECK_FALSE(r.untracked_leak);
+  REQUIRE(leaks.size() == 1);
+  CHECK(leaks[0].leaked_bytes == range.device_bytes());
+  CHECK_THROWS_AS(cuscope::batches(s, data, 100), std::logic_error);  // a finished session
+
+  // The range goes on and is freed later, without its session.
+  for (; it != range.end(); ++it)
+    gather(*it, all);
+  { const auto gone = std::move(range); }
+  CHECK(all.to_vector(stream) == data);
+  stream.synchronize();
+  CHECK(pool.stats().used_bytes == used_before);
+}
+
+TEST_CASE("batches: a per-batch output sized for the requested batch no longer fits once adapted",
+          "[docs][batch][session]") {
+  cuscope::test::device_guard device;
+  cuscope::memory_pool pool;
+  cuscope::stream stream;
+  const u32_vector data = make_data(4000);
+  cuscope::batch_options options;
+  options.adapt_to_memory = true;
+  cuscope::session_options so;
+  so.name = "tight";
+  so.budget_bytes = 6 * 1024;  // two slots of 1000 x 4 B (and results) do not fit; 500 do
+  cuscope::session s(pool, stream, so);
+  u32_vector sized_for_1000(4);  // 4 batches of 1000
+  try {
+    auto range =
+        cuscope::batches(s, data, 1000, cuscope::output_per_batch(sized_for_1000, 1), options);
+    FAIL("an output too small for the adapted batch count was accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK_THAT(e.what(), cuscope::test::contains("a host output of 4 elements"));
+    CHECK_THAT(e.what(), cuscope::test::contains("8 batches of 500 samples"));
+  }
+  CHECK(s.live_bytes() == 0);
+  u32_vector sized_for_min(4000);  // enough at min_batch = 1
+  std::size_t batches_seen = 0;
+  {
+    auto range =
+        cuscope::batches(s, data, 1000, cuscope::output_per_batch(sized_for_min, 1), options);
+    CHECK(range.adapted());
+    CHECK(range.batch_size() == 500);
+    for (const auto& b : range) {
+      first_element(b);
+      ++batches_seen;
+    }
+    CHECK(batches_seen == range.batch_count());
+    for (std::size_t k = 0; k < range.batch_count(); ++k)
+      CHECK(sized_for_min[k] == data[k * range.batch_size()]);
+  }
+  const cuscope::session_report& r = s.finish();
+  INFO(r.to_string());
+  CHECK_FALSE(r.leaked());
+  CHECK(r.allocations == r.frees);
 }

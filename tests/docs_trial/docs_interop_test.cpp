@@ -457,9 +457,9 @@ TEST_CASE("interop: pinned buffers from a pool of pinned host memory", "[docs][i
   cuscope::memory_pool pool;
   cuscope::stream s;
   cuscope::pool_options po;
-  po.release_threshold_bytes = 16 * MiB;
+  po.release_threshold_bytes = 64 * MiB;
   cuscope::pinned_memory_pool pinned_pool(po);
-  CHECK(pinned_pool.release_threshold() == 16 * MiB);
+  CHECK(pinned_pool.release_threshold() == 64 * MiB);
   const std::size_t n = 10000;
   const std::vector<float> host = ramp(n);
   {
