@@ -11,6 +11,7 @@
 #  include <cuda/memory_pool>
 #endif
 #include <cuscope/memory_pool.hpp>
+#include <cuscope/pinned_memory_pool.hpp>
 #include <cuscope/session.hpp>
 #include <cuscope/stream.hpp>
 #include <stdexcept>
@@ -20,6 +21,8 @@
 #include "test_support.hpp"
 
 using cuscope::memory_pool;
+using cuscope::pinned_memory_pool;
+using cuscope::pinned_pool_resource;
 using cuscope::pool_resource;
 using cuscope::stream;
 using cuscope::test::contains;
@@ -78,6 +81,52 @@ static_assert(std::is_constructible_v<
               cuda::mr::any_synchronous_resource<cuda::mr::device_accessible>, pool_resource>);
 static_assert(
     !std::is_constructible_v<cuda::mr::any_resource<cuda::mr::host_accessible>, pool_resource>);
+#  endif
+#endif
+
+// A pool of page-locked host memory is host accessible too: pool_resource refuses it (it would
+// claim device memory only), pinned_pool_resource says both and takes no device pool.
+static_assert(!std::is_constructible_v<pool_resource, pinned_memory_pool&>);
+static_assert(!std::is_constructible_v<pool_resource, const pinned_memory_pool&>);
+static_assert(!std::is_constructible_v<pool_resource, pinned_memory_pool&&>);
+static_assert(!std::is_constructible_v<pool_resource, pinned_memory_pool&, cuscope::stream_ref>);
+static_assert(std::is_constructible_v<pool_resource, memory_pool&>);
+static_assert(std::is_constructible_v<pinned_pool_resource, const pinned_memory_pool&>);
+static_assert(!std::is_constructible_v<pinned_pool_resource, pinned_memory_pool&&>,
+              "a resource over a temporary pool would dangle");
+static_assert(!std::is_constructible_v<pinned_pool_resource, memory_pool&>);
+static_assert(!std::is_constructible_v<pinned_pool_resource, cuscope::memory_pool_ref>);
+static_assert(std::is_nothrow_copy_constructible_v<pinned_pool_resource>);
+static_assert(!std::is_default_constructible_v<pinned_pool_resource>);
+static_assert(cuda::has_property<pinned_pool_resource, cuda::mr::host_accessible>);
+static_assert(cuda::has_property<pinned_pool_resource, cuda::mr::device_accessible>);
+#if CCCL_VERSION < 3001000
+static_assert(cuda::mr::resource_with<pinned_pool_resource, cuda::mr::host_accessible,
+                                      cuda::mr::device_accessible>);
+static_assert(cuda::mr::async_resource_with<pinned_pool_resource, cuda::mr::host_accessible,
+                                            cuda::mr::device_accessible>);
+static_assert(cuda::mr::async_resource_with<pinned_pool_resource, cuda::mr::host_accessible>);
+static_assert(std::is_constructible_v<cuda::mr::async_resource_ref<cuda::mr::host_accessible>,
+                                      pinned_pool_resource&>);
+static_assert(std::is_constructible_v<
+              cuda::mr::resource_ref<cuda::mr::host_accessible, cuda::mr::device_accessible>,
+              pinned_pool_resource&>);
+#else
+static_assert(cuda::mr::synchronous_resource_with<pinned_pool_resource, cuda::mr::host_accessible,
+                                                  cuda::mr::device_accessible>);
+static_assert(cuda::mr::resource_with<pinned_pool_resource, cuda::mr::host_accessible,
+                                      cuda::mr::device_accessible>);
+static_assert(cuda::mr::resource_with<pinned_pool_resource, cuda::mr::host_accessible>);
+static_assert(std::is_constructible_v<cuda::mr::resource_ref<cuda::mr::host_accessible>,
+                                      pinned_pool_resource&>);
+static_assert(
+    std::is_constructible_v<
+        cuda::mr::synchronous_resource_ref<cuda::mr::host_accessible, cuda::mr::device_accessible>,
+        pinned_pool_resource&>);
+#  if CCCL_VERSION >= 3005000
+static_assert(std::is_constructible_v<
+              cuda::mr::any_resource<cuda::mr::host_accessible, cuda::mr::device_accessible>,
+              pinned_pool_resource>);
 #  endif
 #endif
 
@@ -158,6 +207,59 @@ TEST_CASE(
   CHECK(pool.stats().used_bytes == 0);
 }
 #endif
+
+TEST_CASE(
+    "pinned_pool_resource: a host-accessible resource_ref allocates page-locked memory from the "
+    "pool that the host reads and writes",
+    "[memory_resource]") {
+  device_guard device;
+  if (!pinned_memory_pool::supported(0)) {
+    WARN("skipped: host memory pools are not supported here");
+    return;
+  }
+  pinned_memory_pool pool;
+  memory_pool device_pool;
+  stream s;
+  pinned_pool_resource r(pool, s);
+  CHECK(r.pool() == pool.ref());
+  CHECK(r.sync_stream() == s.ref());
+  CHECK(r == pinned_pool_resource(pool));
+  CHECK(r.allocate(s, 0) == nullptr);
+  const std::size_t n = 1024;
+#if CCCL_VERSION < 3001000
+  cuda::mr::async_resource_ref<cuda::mr::host_accessible, cuda::mr::device_accessible> ref{r};
+  auto* p = static_cast<int*>(ref.allocate_async(n * sizeof(int), 256, cuda::stream_ref(s.get())));
+#else
+  cuda::mr::resource_ref<cuda::mr::host_accessible, cuda::mr::device_accessible> ref{r};
+  auto* p = static_cast<int*>(ref.allocate(cuda::stream_ref(s.get()), n * sizeof(int), 256));
+#endif
+  CHECK(pool.stats().used_bytes >= n * sizeof(int));
+  CHECK(device_pool.stats().used_bytes == 0);
+  CHECK(aligned(p, 256));
+  s.synchronize();  // the allocation has run: the host may touch it
+  std::iota(p, p + n, 0);
+  // Through the device and back, into memory from the synchronous members.
+  void* d = device_pool.allocate(s, n * sizeof(int));
+  REQUIRE(cudaMemcpyAsync(d, p, n * sizeof(int), cudaMemcpyDefault, s.get()) == cudaSuccess);
+  auto* q = static_cast<int*>(r.allocate_sync(n * sizeof(int), 64));
+  REQUIRE(cudaMemcpyAsync(q, d, n * sizeof(int), cudaMemcpyDefault, s.get()) == cudaSuccess);
+  device_pool.deallocate(s, d, n * sizeof(int));
+  s.synchronize();
+  CHECK(q[0] == 0);
+  CHECK(q[n - 1] == static_cast<int>(n - 1));
+  r.deallocate_sync(q, n * sizeof(int), 64);
+#if CCCL_VERSION < 3001000
+  ref.deallocate_async(p, n * sizeof(int), 256, cuda::stream_ref(s.get()));
+#else
+  ref.deallocate(cuda::stream_ref(s.get()), p, n * sizeof(int), 256);
+#endif
+  s.synchronize();
+  REQUIRE(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
+  CHECK(pool.stats().used_bytes == 0);
+  CHECK_THROWS_WITH(r.allocate(s, 64, 512),
+                    contains("cuscope::pinned_pool_resource: alignment 512 for 64 bytes from " +
+                             pool.describe()));
+}
 
 TEST_CASE("pool_resource: equal resources share a pool", "[memory_resource]") {
   device_guard device;

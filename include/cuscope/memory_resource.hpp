@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief pool_resource: a memory pool as a CCCL memory resource (cuda::mr), for code built on
-/// cuda::mr::resource_ref, cuda::mr::async_resource_ref and the containers that take them.
+/// @brief pool_resource and pinned_pool_resource: a memory pool, or a pool of page-locked host
+/// memory, as a CCCL memory resource (cuda::mr), for code built on cuda::mr::resource_ref,
+/// cuda::mr::async_resource_ref and the containers that take them.
 ///
 /// Include it where cuda::mr is wanted; the core headers do not, so that <cuda/memory_resource>
 /// costs nothing to code that does not use it. It provides the members of both generations of
@@ -35,43 +36,22 @@
 #include "device.hpp"
 #include "error.hpp"
 #include "memory_pool.hpp"
+#include "pinned_memory_pool.hpp"
 #include "stream.hpp"
 
 namespace cuscope {
 
-/// @brief A memory_pool_ref as a CCCL memory resource with the device_accessible property.
-///
-/// Non-owning and cheap to copy (a pool reference, a stream and, for a session's resource, a
-/// counted reference to the session's accounting): the pool must outlive it and every allocation
-/// made through it. Two resources are equal when they refer to the same pool and count for the same
-/// session, or for none (memory from one may be returned through the other). Alignments up to 256
-/// bytes (powers of two) are honoured, as every pool allocation is 256-byte aligned; a larger one
-/// is refused with std::invalid_argument.
-///
-/// The stream-ordered members (allocate(stream, ...), allocate_async) run on the stream given.
-/// The synchronous ones (allocate_sync, and allocate(bytes, alignment) under the CCCL 3.0 names)
-/// allocate on the resource's sync stream and wait for it, so that the memory is usable on any
-/// stream when they return; their deallocation is enqueued on that stream and does not wait, and
-/// the memory must no longer be in use by then.
-class pool_resource {
+namespace detail {
+
+/// What pool_resource and pinned_pool_resource share: allocation from a pool under both
+/// generations of the cuda::mr names, and equality. Resource names the derived class, whose
+/// name error messages and leak reports carry (Resource::name) and whose get_property says where
+/// the memory is accessible.
+template <class Resource>
+class pool_resource_base {
  public:
   /// @brief The alignment every allocation has, and the largest that may be asked for.
   static constexpr std::size_t max_alignment = 256;
-
-  /// @brief A resource over pool; the synchronous members use sync_stream (by default the
-  /// per-thread default stream, of the pool's device).
-  explicit pool_resource(memory_pool_ref pool,
-                         stream_ref sync_stream = stream_ref::per_thread()) noexcept
-      : pool_(pool), sync_stream_(sync_stream.get()) {}
-
-  /// @brief A resource over the session's pool, whose allocations the session counts (its
-  /// budget, its leak check) like its make_buffer; the synchronous members use the session's
-  /// stream. Allocating after the session finished throws std::logic_error.
-  template <class Session, detail::if_session<Session> = 0>
-  explicit pool_resource(Session& session)
-      : pool_(session.pool()),
-        sync_stream_(session.stream().get()),
-        ledger_(detail::access_of(session.accounting())) {}
 
   /// @brief The pool.
   [[nodiscard]] memory_pool_ref pool() const noexcept { return pool_; }
@@ -154,20 +134,21 @@ class pool_resource {
 
   // ---------------------------------------------------------------------------------------------
 
-  /// @brief The accounting of the session the resource counts for; nullptr for none.
-  [[nodiscard]] detail::ledger* accounting() const noexcept { return ledger_.owner(); }
-
   /// @brief True when both refer to the same pool and count for the same session (or none).
-  friend bool operator==(const pool_resource& a, const pool_resource& b) noexcept {
+  friend bool operator==(const Resource& a, const Resource& b) noexcept {
     return a.pool_ == b.pool_ && a.ledger_.get() == b.ledger_.get();
   }
   /// @brief True unless both refer to the same pool and count for the same session.
-  friend bool operator!=(const pool_resource& a, const pool_resource& b) noexcept {
-    return !(a == b);
-  }
+  friend bool operator!=(const Resource& a, const Resource& b) noexcept { return !(a == b); }
 
-  /// @brief The memory is device accessible (cuda::mr::device_accessible).
-  friend void get_property(const pool_resource&, ::cuda::mr::device_accessible) noexcept {}
+ protected:
+  pool_resource_base(memory_pool_ref pool, cudaStream_t sync_stream,
+                     ledger_access* accounting) noexcept
+      : pool_(pool), sync_stream_(sync_stream), ledger_(accounting) {}
+
+  memory_pool_ref pool_;
+  cudaStream_t sync_stream_;
+  detail::ledger_ref ledger_;
 
  private:
   CUSCOPE_DETAIL_HOT_INLINE void check_alignment(std::size_t alignment, std::size_t bytes) const {
@@ -178,14 +159,14 @@ class pool_resource {
   }
 
   CUSCOPE_DETAIL_NOINLINE void* allocate_counted(stream_ref stream, std::size_t bytes) {
-    return ledger_.get()->adaptor_allocate(pool_, stream, bytes, "cuscope::pool_resource");
+    return ledger_.get()->adaptor_allocate(pool_, stream, bytes, Resource::name);
   }
 
   [[noreturn]] CUSCOPE_DETAIL_COLD void bad_alignment(std::size_t alignment,
                                                       std::size_t bytes) const {
-    throw std::invalid_argument("cuscope::pool_resource: alignment " + std::to_string(alignment) +
-                                " for " + std::to_string(bytes) + " bytes from " +
-                                pool_.describe() +
+    throw std::invalid_argument(std::string(Resource::name) + ": alignment " +
+                                std::to_string(alignment) + " for " + std::to_string(bytes) +
+                                " bytes from " + pool_.describe() +
                                 " is not a power of two up to 256, which is all a pool gives");
   }
 
@@ -195,20 +176,107 @@ class pool_resource {
       return ledger_.get()->adaptor_free(ptr, bytes, stream_ref(stream), pool_);
     detail::free_plain_nothrow(ptr, bytes, stream, pool_);
   }
+};
 
-  memory_pool_ref pool_;
-  cudaStream_t sync_stream_;
-  detail::ledger_ref ledger_;
+}  // namespace detail
+
+/// @brief A memory_pool_ref as a CCCL memory resource with the device_accessible property.
+///
+/// Non-owning and cheap to copy (a pool reference, a stream and, for a session's resource, a
+/// counted reference to the session's accounting): the pool must outlive it and every allocation
+/// made through it. Two resources are equal when they refer to the same pool and count for the same
+/// session, or for none (memory from one may be returned through the other). Alignments up to 256
+/// bytes (powers of two) are honoured, as every pool allocation is 256-byte aligned; a larger one
+/// is refused with std::invalid_argument.
+///
+/// The stream-ordered members (allocate(stream, ...), allocate_async) run on the stream given.
+/// The synchronous ones (allocate_sync, and allocate(bytes, alignment) under the CCCL 3.0 names)
+/// allocate on the resource's sync stream and wait for it, so that the memory is usable on any
+/// stream when they return; their deallocation is enqueued on that stream and does not wait, and
+/// the memory must no longer be in use by then.
+///
+/// A pool of page-locked host memory is not one for it (its memory is host accessible too):
+/// pinned_pool_resource is.
+class pool_resource : public detail::pool_resource_base<pool_resource> {
+ public:
+  /// @brief A resource over pool; the synchronous members use sync_stream (by default the
+  /// per-thread default stream, of the pool's device).
+  explicit pool_resource(memory_pool_ref pool,
+                         stream_ref sync_stream = stream_ref::per_thread()) noexcept
+      : pool_resource_base(pool, sync_stream.get(), nullptr) {}
+
+  /// @brief Deleted: page-locked host memory is host accessible too; pinned_pool_resource says so.
+  pool_resource(const pinned_memory_pool& pool,
+                stream_ref sync_stream = stream_ref::per_thread()) = delete;
+
+  /// @brief A resource over the session's pool, whose allocations the session counts (its
+  /// budget, its leak check) like its make_buffer; the synchronous members use the session's
+  /// stream. Allocating after the session finished throws std::logic_error.
+  template <class Session, detail::if_session<Session> = 0>
+  explicit pool_resource(Session& session)
+      : pool_resource_base(session.pool(), session.stream().get(),
+                           detail::access_of(session.accounting())) {}
+
+  /// @brief The accounting of the session the resource counts for; nullptr for none.
+  [[nodiscard]] detail::ledger* accounting() const noexcept { return ledger_.owner(); }
+
+  /// @brief The memory is device accessible (cuda::mr::device_accessible).
+  friend void get_property(const pool_resource&, ::cuda::mr::device_accessible) noexcept {}
+
+ private:
+  friend class detail::pool_resource_base<pool_resource>;
+  // The name in error messages and leak reports.
+  static constexpr const char* name = "cuscope::pool_resource";
+};
+
+/// @brief A pinned_memory_pool as a CCCL memory resource with the properties host_accessible and
+/// device_accessible: page-locked host memory, which the host reaches at its address and the
+/// pool's device through it.
+///
+/// The members, their stream semantics and equality are pool_resource's (it counts for no
+/// session). The host may touch memory from the stream-ordered allocate once the allocation has
+/// run on its stream; memory from the synchronous ones at once.
+class pinned_pool_resource : public detail::pool_resource_base<pinned_pool_resource> {
+ public:
+  /// @brief A resource over pool, which must outlive it and every allocation made through it; the
+  /// synchronous members use sync_stream (by default the per-thread default stream, of the pool's
+  /// device).
+  /// @throws std::logic_error for an empty (moved-from or released) pool.
+  explicit pinned_pool_resource(const pinned_memory_pool& pool,
+                                stream_ref sync_stream = stream_ref::per_thread())
+      : pool_resource_base(pool.ref(), sync_stream.get(), nullptr) {}
+
+  /// @brief Deleted: the resource would outlive a temporary pool.
+  pinned_pool_resource(pinned_memory_pool&& pool,
+                       stream_ref sync_stream = stream_ref::per_thread()) = delete;
+
+  /// @brief The memory is host accessible (cuda::mr::host_accessible).
+  friend void get_property(const pinned_pool_resource&, ::cuda::mr::host_accessible) noexcept {}
+  /// @brief The memory is device accessible (cuda::mr::device_accessible).
+  friend void get_property(const pinned_pool_resource&, ::cuda::mr::device_accessible) noexcept {}
+
+ private:
+  friend class detail::pool_resource_base<pinned_pool_resource>;
+  // The name in error messages.
+  static constexpr const char* name = "cuscope::pinned_pool_resource";
 };
 
 #if CCCL_VERSION >= 3001000
 // CCCL 3.1+: synchronous_resource allocates synchronously, resource in stream order.
 static_assert(::cuda::mr::synchronous_resource_with<pool_resource, ::cuda::mr::device_accessible>);
 static_assert(::cuda::mr::resource_with<pool_resource, ::cuda::mr::device_accessible>);
+static_assert(::cuda::mr::synchronous_resource_with<
+              pinned_pool_resource, ::cuda::mr::host_accessible, ::cuda::mr::device_accessible>);
+static_assert(::cuda::mr::resource_with<pinned_pool_resource, ::cuda::mr::host_accessible,
+                                        ::cuda::mr::device_accessible>);
 #else
 // CCCL 3.0: resource allocates synchronously, async_resource in stream order.
 static_assert(::cuda::mr::resource_with<pool_resource, ::cuda::mr::device_accessible>);
 static_assert(::cuda::mr::async_resource_with<pool_resource, ::cuda::mr::device_accessible>);
+static_assert(::cuda::mr::resource_with<pinned_pool_resource, ::cuda::mr::host_accessible,
+                                        ::cuda::mr::device_accessible>);
+static_assert(::cuda::mr::async_resource_with<pinned_pool_resource, ::cuda::mr::host_accessible,
+                                              ::cuda::mr::device_accessible>);
 #endif
 
 }  // namespace cuscope
