@@ -122,6 +122,9 @@ TEST_CASE("memory_pool: initial_bytes are reserved at construction", "[memory_po
   const cuscope::pool_stats st = pool.stats();
   CHECK(st.reserved_bytes >= 64 * MiB);
   CHECK(st.used_bytes == 0);
+  // The reserve was never in use: the peaks start from the pool as it is.
+  CHECK(st.used_high_bytes == 0);
+  CHECK(st.reserved_high_bytes == st.reserved_bytes);
 }
 
 TEST_CASE("memory_pool: the reuse policy is set and read back", "[memory_pool]") {

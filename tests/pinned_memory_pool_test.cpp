@@ -67,6 +67,23 @@ TEST_CASE(
   CHECK(pool.access(0) == access_flags::read_write);
 }
 
+TEST_CASE("pinned_memory_pool: initial_bytes are reserved, and never counted as in use",
+          "[pinned_memory_pool]") {
+  device_guard device;
+  if (!pinned_memory_pool::supported(0)) {
+    WARN("skipped: host memory pools are not supported here");
+    return;
+  }
+  pool_options o;
+  o.initial_bytes = std::size_t{8} << 20;
+  pinned_memory_pool pool(o);
+  const cuscope::pool_stats st = pool.stats();
+  CHECK(st.reserved_bytes >= o.initial_bytes);
+  CHECK(st.used_bytes == 0);
+  CHECK(st.used_high_bytes == 0);
+  CHECK(st.reserved_high_bytes == st.reserved_bytes);
+}
+
 TEST_CASE("pinned_memory_pool: batches stage through it", "[pinned_memory_pool][batch]") {
   device_guard device;
   if (!pinned_memory_pool::supported(0)) {

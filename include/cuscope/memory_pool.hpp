@@ -1065,6 +1065,8 @@ inline void memory_pool::reserve(std::size_t bytes) {
     CUSCOPE_DETAIL_CHECK_FOR(status, "cudaFreeAsync(p, s.get())", describe());
   }
   s.synchronize();
+  // The reserve was never in use by anyone: the peaks start from what the pool holds now.
+  reset_peaks();
 }
 
 inline void memory_pool::stop_recording() noexcept {

@@ -213,6 +213,8 @@ inline void pinned_memory_pool::reserve(std::size_t bytes) {
   void* p = allocate(s, bytes);
   CUSCOPE_DETAIL_TRY_FOR(cudaFreeAsync(p, s.get()), describe());
   s.synchronize();
+  // The reserve was never in use by anyone: the peaks start from what the pool holds now.
+  reset_peaks();
 }
 
 inline void pinned_memory_pool::destroy() noexcept {
