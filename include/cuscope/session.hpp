@@ -131,7 +131,8 @@ struct session_report {
   std::size_t admission_available_bytes = 0;
   /// @brief Whether the admission trimmed the pool to make room (admission_policy::trim_and_retry).
   bool admission_trimmed = false;
-  /// @brief Reserve that the admission's trim gave back to the driver.
+  /// @brief Reserve that the admission's synchronization and trim gave back to the driver: from
+  /// the session's pool, each pool of admission_options::also_trim and graph memory.
   std::size_t admission_returned_bytes = 0;
   /// @brief The device's free memory (cudaMemGetInfo) when the admission counted, after its trim
   /// if any; 0 when it asked nothing.
@@ -1038,21 +1039,35 @@ void session::admit() {
     at_least(a.pool_fraction, r.limit_bytes);
   }
   report_.admission_required_bytes = required;
+  std::size_t trimmed_others = 0;
   if (r.available() < required && a.on_shortfall == admission_policy::trim_and_retry) {
     // Frees enqueued on any stream must complete before a trim can give their memory back.
+    // What it returns is counted in every pool it trims, from before the synchronization, which
+    // also gives back what a pool holds above its release threshold. A pool named twice in
+    // also_trim, or the session's own, is trimmed and counted once.
     const std::size_t reserved_before = r.reserved_bytes;
+    const std::size_t graph_before = r.graph_reserved_bytes;
+    std::vector<std::pair<memory_pool_ref, std::size_t>> others;
+    for (const memory_pool_ref& p : a.also_trim) {
+      bool seen = p == pool_;
+      for (std::size_t j = 0; j < others.size() && !seen; ++j)
+        seen = others[j].first == p;
+      if (!seen) others.emplace_back(p, p.stats().reserved_bytes);
+    }
     {
       scoped_device on(pool_.device());
       CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), who);
     }
     pool_.trim_to(0);
-    for (const memory_pool_ref& p : a.also_trim) {
-      if (p == pool_) continue;
+    std::size_t others_returned = 0;
+    for (const auto& [p, before] : others) {
       {
         scoped_device on(p.device());
         CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), who);
       }
       p.trim_to(0);
+      const std::size_t after = p.stats().reserved_bytes;
+      others_returned += before > after ? before - after : 0;
     }
     if (options_.trim_graph_memory) {
       scoped_device on(pool_.device());
@@ -1063,7 +1078,10 @@ void session::admit() {
     // unused lies between live allocations, where a larger allocation cannot go.
     r = read_admission(who, false);
     report_.admission_returned_bytes =
-        reserved_before > r.reserved_bytes ? reserved_before - r.reserved_bytes : 0;
+        (reserved_before > r.reserved_bytes ? reserved_before - r.reserved_bytes : 0) +
+        others_returned +
+        (graph_before > r.graph_reserved_bytes ? graph_before - r.graph_reserved_bytes : 0);
+    trimmed_others = others.size();
   }
   const std::size_t available = r.available();
   report_.admission_available_bytes = available;
@@ -1084,7 +1102,10 @@ void session::admit() {
                   " must be available at entry, " + format_bytes(available) + " is (" +
                   format_bytes(required - available) + " short)";
   if (report_.admission_trimmed)
-    m += " after synchronizing the device and trimming the pool (" +
+    m += " after synchronizing the device and trimming the pool" +
+         (trimmed_others == 0 ? std::string()
+                              : " and " + std::to_string(trimmed_others) + " of also_trim") +
+         (options_.trim_graph_memory ? " and graph memory" : "") + " (" +
          format_bytes(report_.admission_returned_bytes) + " returned)";
   m += ". Device " + std::to_string(pool_.device()) + " has " + format_bytes(r.free_bytes) +
        " free of " + format_bytes(r.total_bytes) + "; pool " + detail::format_pointer(pool_.get()) +
