@@ -290,3 +290,18 @@ TEST_CASE("report: empty_cache synchronizes, trims every pool named and returns 
   a.deallocate(s, kept, 40 * MiB);
   s.synchronize();
 }
+
+TEST_CASE("report: empty_cache counts what the synchronization gave back above a threshold",
+          "[report]") {
+  device_guard device;
+  cuscope::pool_options o;
+  o.release_threshold_bytes = 16 * MiB;
+  cuscope::memory_pool low(o);
+  cuscope::stream s;
+  low.deallocate(s, low.allocate(s, 64 * MiB), 64 * MiB);  // its free not yet run
+  REQUIRE(low.stats().reserved_bytes == 64 * MiB);
+  // The synchronization returns what lies above 16 MiB, the trim the rest; a pool named twice
+  // counts once.
+  CHECK(cuscope::empty_cache(low, low) == 64 * MiB);
+  CHECK(low.stats().reserved_bytes == 0);
+}

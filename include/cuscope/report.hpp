@@ -149,8 +149,9 @@ template <class... Pools>
 
 /// @brief cuscope's empty_cache: synchronizes the device of each pool (once per device), so that
 /// every free has completed, then trims each pool to 0, and returns the bytes given back to the
-/// driver. Memory behind live allocations stays. What PyTorch's torch.cuda.empty_cache() and CuPy's
-/// free_all_blocks() do, for the pools named and no others.
+/// driver, by the synchronization (above a pool's release threshold) and by the trim. Memory behind
+/// live allocations stays. What PyTorch's torch.cuda.empty_cache() and CuPy's free_all_blocks() do,
+/// for the pools named and no others.
 /// @throws cuda_error when a synchronization, a trim or a statistics query fails.
 [[nodiscard]] std::size_t empty_cache(const std::vector<memory_pool_ref>& pools);
 
@@ -243,21 +244,30 @@ inline device_memory_report memory_report(int device, const std::vector<named_po
 }
 
 inline std::size_t empty_cache(const std::vector<memory_pool_ref>& pools) {
-  for (std::size_t i = 0; i < pools.size(); ++i) {
-    const memory_pool_ref& p = pools[i];
+  // Each pool's reserve is read before the synchronizations, which give back what a pool holds
+  // above its release threshold: that is returned too. A pool named twice counts once.
+  std::vector<std::pair<memory_pool_ref, std::size_t>> before;
+  before.reserve(pools.size());
+  for (const memory_pool_ref& p : pools) {
+    bool seen = false;
+    for (std::size_t j = 0; j < before.size() && !seen; ++j)
+      seen = before[j].first == p;
+    if (!seen) before.emplace_back(p, p.stats().reserved_bytes);
+  }
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    const memory_pool_ref& p = before[i].first;
     bool done = false;  // an earlier pool of the list is on the same device
     for (std::size_t j = 0; j < i; ++j)
-      done = done || pools[j].device() == p.device();
+      done = done || before[j].first.device() == p.device();
     if (done) continue;
     scoped_device on(p.device());
     CUSCOPE_DETAIL_TRY_FOR(cudaDeviceSynchronize(), "cuscope::empty_cache on " + p.describe());
   }
   std::size_t returned = 0;
-  for (const memory_pool_ref& p : pools) {
-    const std::size_t before = p.stats().reserved_bytes;
+  for (const auto& [p, reserved] : before) {
     p.trim_to(0);
     const std::size_t after = p.stats().reserved_bytes;
-    returned += before > after ? before - after : 0;
+    returned += reserved > after ? reserved - after : 0;
   }
   return returned;
 }

@@ -1065,3 +1065,44 @@ TEST_CASE(
   CHECK(pool.stats().reserved_bytes == 32 * MiB);
   CHECK_FALSE(service.finish().leaked());
 }
+
+TEST_CASE("sessions: a budget in a parent makes a nested session's peak exact across threads",
+          "[docs][session][service]") {
+  device_guard device;
+  cuscope::memory_pool pool;
+  cuscope::stream s;
+  cuscope::session_options so;
+  so.name = "service";
+  so.budget_bytes = 64 * MiB;
+  cuscope::session service(pool, s, so);
+  cuscope::session req(service, s, "request without a budget of its own");
+  std::vector<cuscope::device_buffer<std::byte>> made;
+  std::thread([&] {
+    for (int i = 0; i < 4; ++i) made.push_back(req.make_buffer<std::byte>(MiB));
+  }).join();
+  std::thread([&] { made.clear(); }).join();
+  { auto mine = req.make_buffer<std::byte>(2 * MiB); }
+  const cuscope::session_report& r = req.finish();
+  INFO(r.to_string());
+  CHECK_FALSE(r.tracked_peak_upper_bound);
+  CHECK(r.tracked_peak_bytes == 4 * MiB);
+  const cuscope::session_report& total = service.finish();
+  CHECK_FALSE(total.tracked_peak_upper_bound);
+  CHECK(total.tracked_peak_bytes == 4 * MiB);
+}
+
+TEST_CASE("empty_cache: counts what the synchronization gave back under a low threshold",
+          "[docs][empty_cache]") {
+  device_guard device;
+  cuscope::pool_options o;
+  o.release_threshold_bytes = 0;  // CUDA's default: everything goes back at a synchronization
+  cuscope::memory_pool pool(o);
+  cuscope::memory_pool kept;
+  cuscope::stream s;
+  { auto gone = cuscope::device_buffer<std::byte>(s, 64 * MiB, pool); }
+  { auto gone = cuscope::device_buffer<std::byte>(s, 32 * MiB, kept); }
+  REQUIRE(pool.stats().reserved_bytes == 64 * MiB);  // the free is enqueued, not run
+  CHECK(cuscope::empty_cache(pool, kept) == 96 * MiB);
+  CHECK(pool.stats().reserved_bytes == 0);
+  CHECK(kept.stats().reserved_bytes == 0);
+}
