@@ -1078,7 +1078,8 @@ TEST_CASE("sessions: a budget in a parent makes a nested session's peak exact ac
   cuscope::session req(service, s, "request without a budget of its own");
   std::vector<cuscope::device_buffer<std::byte>> made;
   std::thread([&] {
-    for (int i = 0; i < 4; ++i) made.push_back(req.make_buffer<std::byte>(MiB));
+    for (int i = 0; i < 4; ++i)
+      made.push_back(req.make_buffer<std::byte>(MiB));
   }).join();
   std::thread([&] { made.clear(); }).join();
   { auto mine = req.make_buffer<std::byte>(2 * MiB); }
@@ -1105,4 +1106,58 @@ TEST_CASE("empty_cache: counts what the synchronization gave back under a low th
   CHECK(cuscope::empty_cache(pool, kept) == 96 * MiB);
   CHECK(pool.stats().reserved_bytes == 0);
   CHECK(kept.stats().reserved_bytes == 0);
+}
+
+TEST_CASE("admission: NVML's figures in the report when asked always, null in JSON when not",
+          "[docs][session][admission]") {
+  device_guard device;
+  cuscope::memory_pool pool;
+  cuscope::stream s;
+  cuscope::session_options o;
+  o.name = "asked";
+  o.admission.bytes = MiB;
+  o.admission.query_nvml = cuscope::nvml_query::always;
+  {
+    cuscope::session req(pool, s, o);
+    const cuscope::session_report& r = req.finish();
+    INFO(r.admission_nvml);
+    REQUIRE(r.admission_process_bytes.has_value());
+    CHECK(r.admission_other_processes_bytes.has_value());
+    const std::string json = cuscope::to_json(r);
+    CHECK(cuscope::test::json_field(json, "admission_process_bytes") ==
+          std::to_string(*r.admission_process_bytes));
+  }
+  o.name = "not asked";
+  o.admission.query_nvml = cuscope::nvml_query::never;
+  cuscope::session req(pool, s, o);
+  const cuscope::session_report& r = req.finish();
+  CHECK_FALSE(r.admission_process_bytes.has_value());
+  const std::string json = cuscope::to_json(r);
+  CHECK(cuscope::test::json_field(json, "admission_process_bytes") == "null");
+  CHECK_THAT(r.admission_nvml, contains("not asked"));
+}
+
+TEST_CASE("sessions: memory from allocate is named with its tag and call site when leaked",
+          "[docs][session][leak]") {
+  device_guard device;
+  cuscope::memory_pool pool;
+  cuscope::stream s;
+  cuscope::session_options o;
+  o.name = "raw";
+  o.on_leak = cuscope::leak_policy::ignore;
+  cuscope::session epoch(pool, s, o);
+  void* p = epoch.allocate(s, 3000, "workspace");
+  const int line = __LINE__ - 1;
+  const cuscope::session_report& r = epoch.finish();
+  INFO(r.to_string());
+  REQUIRE(r.leaks.size() == 1);
+  CHECK(r.leaks[0].bytes == 3000);
+  CHECK(r.leaks[0].pointer == p);
+  CHECK(std::string(r.leaks[0].tag) == "workspace");
+  CHECK(r.leaks[0].line == line);
+  CHECK(r.untracked_bytes == 0);  // the pool's rounding of 3000 to 3072 is the leak's
+  CHECK_FALSE(r.untracked_leak);
+  CHECK_THAT(r.to_string(), contains("LEAKED 1 allocation, 2.93 KiB"));
+  pool.deallocate(s, p, 3000);
+  s.synchronize();
 }
