@@ -1161,3 +1161,50 @@ TEST_CASE("sessions: memory from allocate is named with its tag and call site wh
   pool.deallocate(s, p, 3000);
   s.synchronize();
 }
+
+TEST_CASE("sessions: on the device's default pool, a setting changes only when asked, and back",
+          "[docs][session]") {
+  device_guard device;
+  const auto pool = cuscope::memory_pool_ref::device_default(0);
+  cuscope::stream s;
+  const std::size_t threshold = pool.release_threshold();
+  {
+    cuscope::session epoch(pool, s, "default pool");
+    CHECK(pool.release_threshold() == threshold);
+    { auto x = epoch.make_buffer<std::byte>(MiB); }
+    const cuscope::session_report& r = epoch.finish();
+    CHECK(r.trimmed);  // a session trims the pool it is given, this one too
+    CHECK(r.reserved_at_exit_bytes == r.reserved_at_entry_bytes);
+  }
+  CHECK(pool.release_threshold() == threshold);
+  cuscope::session_options o;
+  o.name = "asked";
+  o.release_threshold_bytes = threshold + 64 * MiB;
+  {
+    cuscope::session epoch(pool, s, o);
+    CHECK(pool.release_threshold() == threshold + 64 * MiB);  // asked for: the session's
+    (void)epoch.finish();
+  }
+  CHECK(pool.release_threshold() == threshold);  // restored
+}
+
+namespace {
+
+bool first_handler(const cuscope::out_of_memory_info&) noexcept {
+  return false;
+}
+bool second_handler(const cuscope::out_of_memory_info&) noexcept {
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("out-of-memory handler: a scoped one restores the one before it", "[docs][oom]") {
+  cuscope::set_out_of_memory_handler(&first_handler, nullptr);
+  {
+    cuscope::scoped_out_of_memory_handler scoped(&second_handler, nullptr);
+    // set_out_of_memory_handler returns the handler it replaces.
+    CHECK(cuscope::set_out_of_memory_handler(&second_handler, nullptr) == &second_handler);
+  }
+  CHECK(cuscope::set_out_of_memory_handler(nullptr, nullptr) == &first_handler);
+}
