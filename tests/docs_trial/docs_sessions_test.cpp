@@ -1208,3 +1208,94 @@ TEST_CASE("out-of-memory handler: a scoped one restores the one before it", "[do
   }
   CHECK(cuscope::set_out_of_memory_handler(nullptr, nullptr) == &first_handler);
 }
+
+TEST_CASE("sessions: a nested session passes its peaks on and keeps its parent's earlier ones",
+          "[docs][session]") {
+  device_guard device;
+  cuscope::memory_pool pool;
+  cuscope::stream s;
+  cuscope::session outer(pool, s, "outer");
+  { auto big = outer.make_buffer<std::byte>(96 * MiB); }
+  s.synchronize();
+  {
+    cuscope::session inner(outer, "inner");
+    { auto small = inner.make_buffer<std::byte>(MiB); }
+    const cuscope::session_report& r = inner.finish();
+    CHECK(r.peak_used_bytes == MiB);  // its own pool peaks start at its entry
+    CHECK(r.tracked_peak_bytes == MiB);
+  }
+  {
+    cuscope::session inner(outer, "larger");
+    auto a = inner.make_buffer<std::byte>(100 * MiB);
+    auto b = inner.make_buffer<std::byte>(100 * MiB);
+  }
+  const cuscope::session_report& r = outer.finish();
+  INFO(r.to_string());
+  CHECK(r.peak_used_bytes == 200 * MiB);
+  CHECK(r.tracked_peak_bytes == 200 * MiB);
+  CHECK(r.peak_reserved_bytes >= 200 * MiB);
+  CHECK(r.allocations == 4);
+}
+
+TEST_CASE("sessions: the outer report's peak is its own when the nested ones were smaller",
+          "[docs][session]") {
+  device_guard device;
+  cuscope::memory_pool pool;
+  cuscope::stream s;
+  cuscope::session outer(pool, s, "outer");
+  { auto big = outer.make_buffer<std::byte>(96 * MiB); }
+  s.synchronize();
+  {
+    cuscope::session inner(outer, "inner");
+    { auto small = inner.make_buffer<std::byte>(MiB); }
+  }
+  const cuscope::session_report& r = outer.finish();
+  INFO(r.to_string());
+  CHECK(r.peak_used_bytes == 96 * MiB);
+  CHECK(r.peak_reserved_bytes == 96 * MiB);
+  CHECK(r.tracked_peak_bytes == 96 * MiB);
+}
+
+TEST_CASE("limits from the environment: the other values of the tables", "[docs][env]") {
+  device_guard device;  // 4 GiB
+  ::setenv("CUSCOPE_TRIAL2_DEVICE", "-1", 1);
+  ::setenv("CUSCOPE_TRIAL2_RELEASE_THRESHOLD", "50%", 1);
+  auto po = cuscope::pool_options::from_env("trial2");
+  CHECK(po.device == -1);
+  CHECK(po.release_threshold_bytes == 2 * GiB);
+  ::setenv("CUSCOPE_TRIAL2_DEVICE", "-2", 1);
+  CHECK_THROWS_AS(cuscope::pool_options::from_env("trial2"), std::invalid_argument);
+  ::unsetenv("CUSCOPE_TRIAL2_DEVICE");
+  ::unsetenv("CUSCOPE_TRIAL2_RELEASE_THRESHOLD");
+
+  cuscope::session_options defaults;
+  defaults.name = "kept";
+  defaults.budget_bytes = 7;
+  ::setenv("CUSCOPE_TRIAL2_ADMIT_BYTES", "512MiB", 1);
+  ::setenv("CUSCOPE_TRIAL2_ADMISSION", "trim_and_retry", 1);
+  ::setenv("CUSCOPE_TRIAL2_ADMISSION_CACHE", "off", 1);
+  ::setenv("CUSCOPE_TRIAL2_ADMISSION_NVML", "always", 1);
+  ::setenv("CUSCOPE_TRIAL2_TRIM", "1", 1);
+  auto so = cuscope::session_options::from_env("trial2", defaults);
+  CHECK(so.name == "kept");
+  CHECK(so.budget_bytes == 7);
+  CHECK(so.admission.bytes == 512 * MiB);
+  CHECK(so.admission.device_fraction == 0.0);
+  CHECK(so.admission.on_shortfall == cuscope::admission_policy::trim_and_retry);
+  CHECK_FALSE(so.admission.count_cache);
+  CHECK(so.admission.query_nvml == cuscope::nvml_query::always);
+  CHECK(so.trim);
+  for (const char* bad : {"maybe", ""}) {
+    ::setenv("CUSCOPE_TRIAL2_TRIM", bad, 1);
+    const std::string what = message_of([] { (void)cuscope::session_options::from_env("trial2"); });
+    INFO(what);
+    CHECK_THAT(what, contains("CUSCOPE_TRIAL2_TRIM"));
+  }
+  ::setenv("CUSCOPE_TRIAL2_TRIM", "yes", 1);
+  ::setenv("CUSCOPE_TRIAL2_ADMISSION", "wait", 1);
+  CHECK_THROWS_AS(cuscope::session_options::from_env("trial2"), std::invalid_argument);
+  for (const char* v :
+       {"CUSCOPE_TRIAL2_ADMIT_BYTES", "CUSCOPE_TRIAL2_ADMISSION", "CUSCOPE_TRIAL2_ADMISSION_CACHE",
+        "CUSCOPE_TRIAL2_ADMISSION_NVML", "CUSCOPE_TRIAL2_TRIM"})
+    ::unsetenv(v);
+}
