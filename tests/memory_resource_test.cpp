@@ -429,7 +429,15 @@ TEST_CASE("pool_resource: a resource from a session is counted by it", "[memory_
   o.on_leak = cuscope::leak_policy::ignore;
   cuscope::session work(pool, s, o);
   pool_resource r(work);
-  CHECK(r.accounting() == work.accounting());
+  CHECK(r.counts_for(work));
+  CHECK_FALSE(pool_resource(pool).counts_for(work));
+  {
+    memory_pool other_pool;
+    stream t;
+    cuscope::session other(other_pool, t);
+    CHECK_FALSE(r.counts_for(other));
+    CHECK(pool_resource(other).counts_for(other));
+  }
   CHECK(r.sync_stream() == work.stream());
   CHECK(r != pool_resource(pool));
   const cuda::stream_ref cs(s.get());

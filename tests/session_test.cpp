@@ -1564,7 +1564,7 @@ TEST_CASE("session: an adaptor's free by pointer races a buffer that reuses the 
     o.name = "reuse";
     o.on_leak = leak_policy::ignore;
     session work(pool, s, o);
-    *adaptor = cuscope::detail::ledger_ref(work.accounting());
+    *adaptor = cuscope::detail::ledger_ref(cuscope::detail::accounting_of(work));
     const cuscope::memory_pool_ref ref = pool;
     constexpr int rounds = 100000;
     std::atomic<int> started{0};
@@ -1592,7 +1592,7 @@ TEST_CASE("session: an adaptor's free by pointer races a buffer that reuses the 
     maker.join();
     UNSCOPED_INFO("buffers at the adaptor's last address: " << same.load());
     std::vector<cuscope::detail::named_record> live;
-    work.accounting()->live_records(live);
+    cuscope::detail::accounting_of(work)->live_records(live);
     mismatch = work.live_allocations() != 0 || !live.empty();
     UNSCOPED_INFO("live records " << live.size() << ", live_allocations " << work.live_allocations()
                                   << ", live_bytes " << work.live_bytes());
@@ -1685,7 +1685,7 @@ TEST_CASE("session: two adaptors' frees by pointer race on a reused address",
     o.name = "reuse by pointer";
     o.on_leak = leak_policy::ignore;
     session work(pool, s, o);
-    *adaptor = cuscope::detail::ledger_ref(work.accounting());
+    *adaptor = cuscope::detail::ledger_ref(cuscope::detail::accounting_of(work));
     const cuscope::memory_pool_ref ref = pool;
     constexpr int rounds = 50000;
     std::atomic<int> started{0};
@@ -1703,7 +1703,7 @@ TEST_CASE("session: two adaptors' frees by pointer race on a reused address",
     one.join();
     two.join();
     std::vector<cuscope::detail::named_record> live;
-    work.accounting()->live_records(live);
+    cuscope::detail::accounting_of(work)->live_records(live);
     CHECK(work.live_allocations() == 0);
     CHECK(live.empty());
   }
@@ -2051,7 +2051,7 @@ TEST_CASE("session: leak records read while threads allocate and free are never 
   std::thread reader([&] {
     while (!stop.load()) {
       std::vector<cuscope::detail::named_record> live;
-      work.accounting()->live_records(live);
+      cuscope::detail::accounting_of(work)->live_records(live);
       for (const auto& r : live) {
         seen.fetch_add(1);
         if (r.record.tag == nullptr || r.record.bytes != tag_bytes(r.record.tag) ||
@@ -2133,7 +2133,7 @@ bool free_and_report_in_handler(const cuscope::out_of_memory_info& info) noexcep
     return false;
   }
   std::vector<cuscope::detail::named_record> live;
-  st->work->accounting()->live_records(live);
+  cuscope::detail::accounting_of(*st->work)->live_records(live);
   st->reported = live.size();
   for (const auto& r : live)
     if (r.record.bytes == 64 * MiB) st->reported_in_flight = true;
@@ -2195,7 +2195,7 @@ TEST_CASE("session: short-lived threads allocate, move and free crosswise while 
   std::thread reader([&] {
     while (!stop.load()) {
       std::vector<cuscope::detail::named_record> live;
-      work.accounting()->live_records(live);
+      cuscope::detail::accounting_of(work)->live_records(live);
       for (const auto& r : live)
         if (r.record.tag == nullptr || r.record.bytes != tag_bytes(r.record.tag) ||
             r.record.ptr == nullptr)

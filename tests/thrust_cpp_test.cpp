@@ -453,7 +453,8 @@ TEST_CASE("thrust_allocator: an allocator and a policy from a session are counte
   cuscope::session work(pool, s, o);
   {
     vector<int> v{thrust_allocator<int>(work)};
-    CHECK(v.get_allocator().accounting() == work.accounting());
+    CHECK(v.get_allocator().counts_for(work));
+    CHECK_FALSE(thrust_allocator<int>(s, pool).counts_for(work));
     v.reserve(ints_per_MiB);
     CHECK(work.live_bytes() == MiB);
     CHECK_THROWS_AS(v.reserve(3 * ints_per_MiB), cuscope::out_of_memory);

@@ -538,7 +538,7 @@ template <class Session, class T, detail::if_session<Session> = 0>
                                      std::size_t batch_size, const batch_options& options = {}) {
   return detail::batch_access::make<T, void>(session.stream(), data, count, {}, batch_size,
                                              session.pool(), options, nullptr,
-                                             session.accounting());
+                                             detail::accounting_of(session));
 }
 
 /// @brief As batches(session, data, count, batch_size, options), with results copied into
@@ -548,7 +548,8 @@ template <class Session, class T, class U, detail::if_session<Session> = 0>
                                         std::size_t batch_size, const batch_output<U>& output,
                                         const batch_options& options = {}) {
   return detail::batch_access::make<T, U>(session.stream(), data, count, {}, batch_size,
-                                          session.pool(), options, &output, session.accounting());
+                                          session.pool(), options, &output,
+                                          detail::accounting_of(session));
 }
 
 /// @brief The elements of source in batches counted by the session; source must outlive the
@@ -593,9 +594,10 @@ template <class Session, class T, detail::if_session<Session> = 0>
 [[nodiscard]] batch_range<T> batches(Session& session, producer_source<T> source,
                                      std::size_t batch_size, const batch_options& options = {}) {
   if (!source.fill) throw std::invalid_argument("cuscope::batches: a producer without a function");
-  return detail::batch_access::make<T, void>(
-      session.stream(), nullptr, detail::sample_elements_of(source.samples, options),
-      std::move(source.fill), batch_size, session.pool(), options, nullptr, session.accounting());
+  return detail::batch_access::make<T, void>(session.stream(), nullptr,
+                                             detail::sample_elements_of(source.samples, options),
+                                             std::move(source.fill), batch_size, session.pool(),
+                                             options, nullptr, detail::accounting_of(session));
 }
 
 /// @brief The samples a producer writes, in batches counted by the session, with results copied
@@ -605,9 +607,10 @@ template <class Session, class T, class U, detail::if_session<Session> = 0>
                                         std::size_t batch_size, const batch_output<U>& output,
                                         const batch_options& options = {}) {
   if (!source.fill) throw std::invalid_argument("cuscope::batches: a producer without a function");
-  return detail::batch_access::make<T, U>(
-      session.stream(), nullptr, detail::sample_elements_of(source.samples, options),
-      std::move(source.fill), batch_size, session.pool(), options, &output, session.accounting());
+  return detail::batch_access::make<T, U>(session.stream(), nullptr,
+                                          detail::sample_elements_of(source.samples, options),
+                                          std::move(source.fill), batch_size, session.pool(),
+                                          options, &output, detail::accounting_of(session));
 }
 
 }  // namespace cuscope

@@ -372,7 +372,7 @@ inline detail::ledger* imported_allocation::counting(session& s) {
   if (s.finished())
     throw std::logic_error("cuscope::session '" + s.name() +
                            "': an import counted by the session after it finished");
-  return s.accounting();
+  return detail::accounting_of(s);
 }
 
 /// @brief count elements of T imported from another process's pool and freed here in stream

@@ -215,16 +215,23 @@ class pool_resource : public detail::pool_resource_base<pool_resource> {
   template <class Session, detail::if_session<Session> = 0>
   explicit pool_resource(Session& session)
       : pool_resource_base(session.pool(), session.stream().get(),
-                           detail::access_of(session.accounting())) {}
+                           detail::access_of(detail::accounting_of(session))) {}
 
-  /// @brief The accounting of the session the resource counts for; nullptr for none.
-  [[nodiscard]] detail::ledger* accounting() const noexcept { return ledger_.owner(); }
+  /// @brief Whether the session counts what the resource allocates (it was made from session).
+  template <class Session, detail::if_session<Session> = 0>
+  [[nodiscard]] bool counts_for(const Session& session) const noexcept {
+    return ledger_.get() != nullptr && ledger_.owner() == detail::accounting_of(session);
+  }
 
   /// @brief The memory is device accessible (cuda::mr::device_accessible).
   friend void get_property(const pool_resource&, ::cuda::mr::device_accessible) noexcept {}
 
  private:
   friend class detail::pool_resource_base<pool_resource>;
+  friend struct detail::accounting_access;
+
+  // The accounting of the session the resource counts for; nullptr for none.
+  detail::ledger* accounting() const noexcept { return ledger_.owner(); }
   // The name in error messages and leak reports.
   static constexpr const char* name = "cuscope::pool_resource";
 };

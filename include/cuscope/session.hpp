@@ -486,14 +486,17 @@ class session {
   [[nodiscard]] std::size_t live_allocations() const noexcept;
   /// @brief Their bytes.
   [[nodiscard]] std::size_t live_bytes() const noexcept;
-  /// @brief The accounting behind the session, for the adaptors that count for it
-  /// (thrust_allocator(session), pool_resource(session), batches(session, ...)).
-  [[nodiscard]] detail::ledger* accounting() const noexcept { return ledger_; }
   /// @brief The report; complete once finished() is true.
   [[nodiscard]] const session_report& report() const noexcept { return report_; }
 
  private:
+  friend struct detail::accounting_access;
+
   session(session* parent, memory_pool_ref pool, stream_ref stream, session_options options);
+
+  // The accounting behind the session, for the adaptors that count for it
+  // (thrust_allocator(session), pool_resource(session), batches(session, ...)).
+  detail::ledger* accounting() const noexcept { return ledger_; }
 
   void begin(session* parent);
 

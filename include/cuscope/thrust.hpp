@@ -176,14 +176,14 @@ using thrust_policy_sync_type = decltype(detail::make_thrust_policy_sync(
 template <class Session, detail::if_session<Session> = 0>
 [[nodiscard]] thrust_policy_type thrust_policy(Session& session) {
   return detail::make_thrust_policy(session.stream(), session.pool(),
-                                    detail::access_of(session.accounting()));
+                                    detail::access_of(detail::accounting_of(session)));
 }
 
 /// @brief thrust_policy_sync on the session's stream and pool, counted by the session.
 template <class Session, detail::if_session<Session> = 0>
 [[nodiscard]] thrust_policy_sync_type thrust_policy_sync(Session& session) {
   return detail::make_thrust_policy_sync(session.stream(), session.pool(),
-                                         detail::access_of(session.accounting()));
+                                         detail::access_of(detail::accounting_of(session)));
 }
 
 /// @brief A Thrust allocator of T from a pool on a stream, for
@@ -264,13 +264,19 @@ class thrust_allocator {
   [[nodiscard]] stream_ref stream() const noexcept { return state().stream(); }
   /// @brief The policy of the vector's own work, which Thrust asks for (allocator_system).
   [[nodiscard]] system_type& system() noexcept { return system_; }
-  /// @brief The accounting of the session the allocator counts for; nullptr for none.
-  [[nodiscard]] detail::ledger* accounting() const noexcept { return state().accounting(); }
+  /// @brief Whether the session counts what the allocator allocates (it, or the allocator it was
+  /// copied or rebound from, was made from session).
+  template <class Session, detail::if_session<Session> = 0>
+  [[nodiscard]] bool counts_for(const Session& session) const noexcept {
+    const detail::ledger* const l = accounting();
+    return l != nullptr && l == detail::accounting_of(session);
+  }
 
   /// @brief True when both allocate from the same pool on the same stream for the same session.
   template <class U>
   friend bool operator==(const thrust_allocator& a, const thrust_allocator<U>& b) noexcept {
-    return a.pool() == b.pool() && a.stream() == b.stream() && a.accounting() == b.accounting();
+    return a.pool() == b.pool() && a.stream() == b.stream() &&
+           detail::accounting_of(a) == detail::accounting_of(b);
   }
   /// @brief True unless both allocate from the same pool on the same stream for the same session.
   template <class U>
@@ -281,6 +287,10 @@ class thrust_allocator {
  private:
   template <class U>
   friend class thrust_allocator;
+  friend struct detail::accounting_access;
+
+  // The accounting of the session the allocator counts for; nullptr for none.
+  detail::ledger* accounting() const noexcept { return state().accounting(); }
 
   [[noreturn]] CUSCOPE_DETAIL_COLD static void too_many(size_type n) {
     throw std::length_error("cuscope::thrust_allocator: " + std::to_string(n) + " elements of " +

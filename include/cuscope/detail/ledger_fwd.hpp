@@ -44,7 +44,7 @@ class ledger_access {
   virtual void adaptor_retain() noexcept = 0;
   /// Drops a reference adaptor_retain took; the last one deletes the ledger.
   virtual void adaptor_release() noexcept = 0;
-  /// The ledger itself (what session::accounting() returns).
+  /// The ledger itself (what accounting_of(session) returns).
   virtual ledger* adaptor_owner() noexcept = 0;
 
  protected:
@@ -54,8 +54,24 @@ class ledger_access {
   ~ledger_access() = default;  // a ledger is deleted as a ledger (final) only
 };
 
+/// How cuscope's own code reaches the ledger behind a session, or behind an adaptor a session
+/// handed out (pool_resource, thrust_allocator): their accounting() is private, so that no public
+/// member names a detail type, and this is its friend.
+struct accounting_access {
+  template <class T>
+  static ledger* of(const T& t) noexcept {
+    return t.accounting();
+  }
+};
+
+/// The ledger behind t, a session or an adaptor a session handed out (nullptr: none).
+template <class T>
+ledger* accounting_of(const T& t) noexcept {
+  return accounting_access::of(t);
+}
+
 /// The ledger's ledger_access (defined with the ledger, host code only): what the adaptors'
-/// session constructors convert session::accounting() with, where the ledger may be incomplete.
+/// session constructors convert accounting_of(session) with, where the ledger may be incomplete.
 ledger_access* access_of(ledger* l) noexcept;
 
 /// A counted reference to a ledger, for the adaptors a session hands out (Thrust allocators,
@@ -78,7 +94,7 @@ class ledger_ref {
     if (ledger_ != nullptr) ledger_->adaptor_release();
   }
   ledger_access* get() const noexcept { return ledger_; }
-  /// The ledger (nullptr for none), as session::accounting() names it.
+  /// The ledger (nullptr for none), as accounting_of(session) names it.
   ledger* owner() const noexcept { return ledger_ != nullptr ? ledger_->adaptor_owner() : nullptr; }
 
  private:
