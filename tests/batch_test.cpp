@@ -510,9 +510,23 @@ TEST_CASE("batch: wrong sizes and options are refused with a message naming them
   std::vector<float> small(4);
   CHECK_THROWS_WITH(batches(s, ten, 2, pool, cuscope::output_per_sample(small, 1)),
                     contains("a host output of 4 elements cannot hold the results: 10 samples x "
-                             "1 elements = 10"));
+                             "1 element = 10"));
   CHECK_THROWS_WITH(batches(s, ten, 3, pool, cuscope::output_per_batch(small, 2)),
                     contains("4 batches of 3 samples x 2 elements = 8"));
+  // A count of one in the singular.
+  const std::vector<value_t> one(1);
+  CHECK_THROWS_WITH(batches(s, one, 1, pool, cuscope::output_per_batch(small.data(), 0, 1)),
+                    contains("a host output of 0 elements cannot hold the results: 1 batch of 1 "
+                             "sample x 1 element = 1"));
+  CHECK_THROWS_WITH(batches(s, static_cast<const value_t*>(nullptr), 1, 1, pool),
+                    contains("null source of 1 element"));
+  o = {};
+  o.sample_elements = 2;
+  CHECK_THROWS_WITH(batches(s, one, 1, pool, o),
+                    contains("a source of 1 element is not a whole number of samples of "
+                             "sample_elements = 2 elements"));
+  CHECK_THROWS_WITH(cuscope::output_per_sample(static_cast<float*>(nullptr), 1, 1),
+                    contains("null host output of 1 element"));
   CHECK_THROWS_WITH(cuscope::output_per_batch(small, 0), contains("at least one element"));
   CHECK_THROWS_WITH(batches(s, cuscope::producer_source<value_t>{4, nullptr}, 2, pool),
                     contains("a producer without a function"));
@@ -986,7 +1000,7 @@ TEST_CASE("batch: a host output whose size needed overflows a size_t is refused"
   // 2 samples x 2^63 result elements wrap around to 0: the product must not be trusted.
   const std::size_t half = std::size_t{1} << (std::numeric_limits<std::size_t>::digits - 1);
   CHECK_THROWS_WITH(batches(s, two, 2, pool, cuscope::output_per_sample(small, half)),
-                    contains("a host output of 1 elements cannot hold the results: 2 samples x " +
+                    contains("a host output of 1 element cannot hold the results: 2 samples x " +
                              std::to_string(half) + " elements = more than a size_t holds"));
   CHECK(pool.stats().reserved_bytes == 0);
 }

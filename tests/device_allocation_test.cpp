@@ -71,6 +71,10 @@ TEST_CASE("device_buffer: takes over an allocation of whole elements, and refuse
   CHECK_THROWS_WITH(device_buffer<int>(std::move(odd)),
                     contains("10 bytes is not a whole number of elements of 4 bytes"));
   CHECK(odd.get() == p);  // left as it was
+  device_allocation one(s, 1, pool);
+  CHECK_THROWS_WITH(device_buffer<int>(std::move(one)),
+                    contains("an allocation of 1 byte is not a whole number of elements of 4 "
+                             "bytes"));
   device_allocation whole(s, 12, pool);
   const device_buffer<int> b(std::move(whole));
   CHECK(b.size() == 3);

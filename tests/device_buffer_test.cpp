@@ -121,6 +121,8 @@ TEST_CASE("device_buffer: copies at an offset land in the right place and are bo
   s.synchronize();
   CHECK(part == two);
   CHECK_THROWS_WITH(b.copy_from(s, two, 5), contains("2 elements at offset 5 do not fit"));
+  CHECK_THROWS_WITH(b.copy_from(s, two.data(), 1, 6),
+                    contains("1 element at offset 6 does not fit in a buffer of 6"));
   CHECK_THROWS_AS(b.copy_to(s, part.data(), 7), std::out_of_range);
   std::vector<int> small(3);
   CHECK_THROWS_WITH(b.copy_to(s, small), contains("cannot hold 6"));

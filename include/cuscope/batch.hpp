@@ -25,6 +25,7 @@
 #include "detail/batch_plan.hpp"
 #include "detail/callback.hpp"
 #include "detail/config.hpp"
+#include "detail/format.hpp"
 #include "device_span.hpp"
 #include "memory_pool.hpp"
 #include "stream.hpp"
@@ -111,7 +112,7 @@ class batch_output {
           "cuscope::batch_output: results need at least one element per sample or per batch");
     if (data == nullptr && count != 0)
       throw std::invalid_argument("cuscope::batch_output: null host output of " +
-                                  std::to_string(count) + " elements");
+                                  detail::format_count(count, "element"));
   }
 
   U* data_;

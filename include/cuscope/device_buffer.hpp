@@ -223,9 +223,10 @@ class device_buffer {
   template <class Range, std::enable_if_t<detail::is_contiguous_of<Range, T>::value, int> = 0>
   void copy_to(stream_ref stream, Range& host) const {
     if (static_cast<std::size_t>(host.size()) < size())
-      throw std::out_of_range("cuscope::device_buffer::copy_to: a destination of " +
-                              std::to_string(host.size()) + " elements cannot hold " +
-                              std::to_string(size()));
+      throw std::out_of_range(
+          "cuscope::device_buffer::copy_to: a destination of " +
+          detail::format_count(static_cast<std::size_t>(host.size()), "element") + " cannot hold " +
+          std::to_string(size()));
     copy_to(stream, host.data(), size());
   }
 
@@ -282,22 +283,23 @@ class device_buffer {
 
   static device_allocation checked(device_allocation&& a) {
     if (a.size_bytes() % sizeof(T) != 0)
-      throw std::invalid_argument(
-          "cuscope::device_buffer: an allocation of " + std::to_string(a.size_bytes()) +
-          " bytes is not a whole number of elements of " + std::to_string(sizeof(T)) + " bytes");
+      throw std::invalid_argument("cuscope::device_buffer: an allocation of " +
+                                  detail::format_count(a.size_bytes(), "byte") +
+                                  " is not a whole number of elements of " +
+                                  detail::format_count(sizeof(T), "byte"));
     return std::move(a);
   }
 
   void check_range(const char* what, std::size_t count, std::size_t offset) const {
     if (count != 0 && !alloc_.has_pool())
       throw std::logic_error("cuscope::device_buffer::" + std::string(what) + ": " +
-                             std::to_string(count) +
-                             " elements with an empty (moved-from or default-constructed) buffer");
+                             detail::format_count(count, "element") +
+                             " with an empty (moved-from or default-constructed) buffer");
     if (offset > size() || count > size() - offset)
       throw std::out_of_range("cuscope::device_buffer::" + std::string(what) + ": " +
-                              std::to_string(count) + " elements at offset " +
-                              std::to_string(offset) + " do not fit in a buffer of " +
-                              std::to_string(size()));
+                              detail::format_count(count, "element") + " at offset " +
+                              std::to_string(offset) + (count == 1 ? " does" : " do") +
+                              " not fit in a buffer of " + std::to_string(size()));
   }
 
   std::string describe() const {

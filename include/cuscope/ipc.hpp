@@ -417,9 +417,9 @@ class imported_buffer {
  private:
   static const allocation_export& checked(const allocation_export& e) {
     if (e.bytes % sizeof(T) != 0)
-      throw std::invalid_argument("cuscope::imported_buffer: an allocation of " +
-                                  std::to_string(e.bytes) + " bytes is not a whole number of " +
-                                  std::to_string(sizeof(T)) + "-byte elements");
+      throw std::invalid_argument(
+          "cuscope::imported_buffer: an allocation of " + detail::format_count(e.bytes, "byte") +
+          " is not a whole number of " + std::to_string(sizeof(T)) + "-byte elements");
     return e;
   }
 

@@ -332,8 +332,8 @@ std::size_t batch_pipeline<T, Out, Batch>::pinned_bytes() const noexcept {
 template <class T, class Out, class Batch>
 std::string batch_pipeline<T, Out, Batch>::describe() const {
   return "batches of " + std::to_string(plan_.batch_size()) + " x " +
-         std::to_string(plan_.sample_elements()) + " elements of " + std::to_string(sizeof(T)) +
-         " bytes on " + stream_ref(stream_).describe();
+         format_count(plan_.sample_elements(), "element") + " of " +
+         format_count(sizeof(T), "byte") + " on " + stream_ref(stream_).describe();
 }
 
 template <class T, class Out, class Batch>
@@ -351,7 +351,7 @@ void batch_pipeline<T, Out, Batch>::allocate(const batch_config& c) {
         throw out_of_memory(e.requested_bytes(),
                             "cuscope::batches: out of memory even at the smallest batch size "
                             "allowed (min_batch = " +
-                                std::to_string(c.min_batch) + " samples, depth " +
+                                format_count(c.min_batch, "sample") + ", depth " +
                                 std::to_string(c.depth) + "): " + e.what(),
                             e.status());
       if (budget) {

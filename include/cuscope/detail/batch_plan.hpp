@@ -9,6 +9,7 @@
 #include <string>
 
 #include "config.hpp"
+#include "format.hpp"
 
 namespace cuscope::detail {
 
@@ -95,11 +96,10 @@ inline batch_plan::batch_plan(std::size_t elements, std::size_t batch_size, cons
   if (c.sample_elements == 0) fail("sample_elements must be at least 1");
   if (c.min_batch == 0) fail("min_batch must be at least 1 sample");
   if (elements % c.sample_elements != 0)
-    fail("a source of " + std::to_string(elements) +
-         " elements is not a whole number of samples of sample_elements = " +
-         std::to_string(c.sample_elements) + " elements");
-  if (!has_source && elements != 0)
-    fail("null source of " + std::to_string(elements) + " elements");
+    fail("a source of " + format_count(elements, "element") +
+         " is not a whole number of samples of sample_elements = " +
+         format_count(c.sample_elements, "element"));
+  if (!has_source && elements != 0) fail("null source of " + format_count(elements, "element"));
   samples_ = elements / c.sample_elements;
   if (out != nullptr) {
     out_ = *out;
@@ -149,12 +149,13 @@ inline void batch_plan::check_output() const {
   const std::size_t per = out_.per_batch != 0 ? out_.per_batch : out_.per_sample;  // >= 1
   // Compared by division: a product that wraps around would let a short output through.
   if (units > out_.size / per)
-    throw std::invalid_argument("cuscope::batches: a host output of " + std::to_string(out_.size) +
-                                " elements cannot hold the results: " +
-                                (out_.per_batch != 0 ? std::to_string(units) + " batches of " +
-                                                           std::to_string(batch_size_) + " samples"
-                                                     : std::to_string(units) + " samples") +
-                                " x " + std::to_string(per) + " elements = " +
+    throw std::invalid_argument("cuscope::batches: a host output of " +
+                                format_count(out_.size, "element") + " cannot hold the results: " +
+                                (out_.per_batch != 0
+                                     ? format_count(units, "batch", "batches") + " of " +
+                                           format_count(batch_size_, "sample")
+                                     : format_count(units, "sample")) +
+                                " x " + format_count(per, "element") + " = " +
                                 (units > std::numeric_limits<std::size_t>::max() / per
                                      ? std::string("more than a size_t holds")
                                      : std::to_string(units * per)));

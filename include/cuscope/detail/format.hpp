@@ -17,6 +17,10 @@ std::string format_bytes(std::size_t bytes);
 /// "0x7f12a4000000"
 std::string format_pointer(const void* p);
 
+/// n and noun, plural unless n is 1: "1 element", "0 elements", "3 samples"; the plural is noun
+/// and "s" unless given ("2 batches").
+std::string format_count(std::size_t n, const char* noun, const char* plural = nullptr);
+
 /// s as a JSON string, quotes and escapes included, appended to out.
 void json_string(std::string& out, const std::string& s);
 
@@ -46,6 +50,15 @@ CUSCOPE_DETAIL_COLD inline std::string format_pointer(const void* p) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%p", p);
   return buf;
+}
+
+CUSCOPE_DETAIL_COLD inline std::string format_count(std::size_t n, const char* noun,
+                                                    const char* plural) {
+  std::string s = std::to_string(n);
+  s += ' ';
+  if (n == 1 || plural == nullptr) s += noun;
+  if (n != 1) s += plural != nullptr ? plural : "s";
+  return s;
 }
 
 CUSCOPE_DETAIL_COLD inline void json_string(std::string& out, const std::string& s) {

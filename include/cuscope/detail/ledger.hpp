@@ -1429,7 +1429,7 @@ class ledger final : public ledger_access {
   [[noreturn]] CUSCOPE_DETAIL_COLD void over_budget(std::size_t bytes, std::size_t live) const {
     throw out_of_memory(bytes,
                         "cuscope: out of memory: " + format_bytes(bytes) + " (" +
-                            std::to_string(bytes) + " bytes) requested in session '" + name_ +
+                            format_count(bytes, "byte") + ") requested in session '" + name_ +
                             "', whose budget of " + format_bytes(budget_) + " already holds " +
                             format_bytes(live) + " in live allocations",
                         cudaSuccess);
