@@ -10,6 +10,7 @@
 #include <cuscope/stream.hpp>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -2293,6 +2294,7 @@ TEST_CASE("pointer_index: agrees with a plain list under colliding, wrapping hom
     std::vector<ledger_record> records(n);
     std::vector<const void*> addr(n);
     std::vector<bool> live(n, false);
+    std::map<const void*, std::size_t> live_at;  // the live record at each address
     cuscope::detail::pointer_index index;
     auto scan = [] { return static_cast<ledger_record*>(nullptr); };
     std::size_t wrong = 0;
@@ -2301,18 +2303,17 @@ TEST_CASE("pointer_index: agrees with a plain list under colliding, wrapping hom
     for (int op = 0; op < 3000; ++op) {
       const std::size_t i = rng() % n;
       // Distinct addresses only: two live records never share one.
-      bool shared = false;
-      for (std::size_t j = 0; j < n; ++j)
-        if (j != i && live[j] && addr[j] == addr[i]) shared = true;
-      if (!live[i] && !shared) {
+      if (!live[i] && live_at.count(addr[i]) == 0) {
         records[i].ptr.store(addr[i]);
         records[i].by_pointer.store(true);
         index.insert(addr[i], &records[i]);
         live[i] = true;
+        live_at[addr[i]] = i;
       } else if (live[i]) {
         if (index.take(addr[i], scan) != &records[i]) ++wrong;
         if (index.take(addr[i], scan) != nullptr) ++wrong;
         live[i] = false;
+        live_at.erase(addr[i]);
       }
     }
     for (std::size_t i = 0; i < n; ++i)
