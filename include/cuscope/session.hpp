@@ -97,7 +97,8 @@ struct session_report {
   /// @brief Pool memory in use at the end beyond what was in use at entry that no allocation
   /// counted by the session (or by the sessions it is nested in, or nested in it) accounts for: a
   /// raw pool.allocate, another library allocating from the pool, or another session on it. The
-  /// pool's rounding of the counted allocations still live (to 256 bytes) is theirs, not untracked.
+  /// pool's rounding of the counted allocations still live (each taken as rounded up to a multiple
+  /// of 512 bytes) is theirs, not untracked.
   std::size_t untracked_bytes = 0;
   /// @brief Whether untracked_bytes counts as a leak of this session: it is not 0,
   /// session_options::untracked_leaks is on, and no other session nested in the same parent ran
@@ -1367,13 +1368,17 @@ inline void session::account_untracked() {
                     static_cast<long long>(report_.used_at_entry_bytes) -
                     (tracked_now - static_cast<long long>(tracked_at_entry_));
   if (grown > 0 && ledger_->live_allocations() != 0) {
-    // The pool counts each allocation rounded up to its 256-byte alignment, the ledger the bytes
-    // asked: what the rounding adds to the counted allocations still live is theirs.
+    // The pool counts each allocation rounded up, the ledger the bytes asked: what the rounding
+    // adds to the counted allocations still live is theirs. GPUs count multiples of 512 bytes
+    // exactly and round other sizes by an amount not documented (at least to the 256-byte
+    // alignment): taking the rounding as up to 512 never calls it untracked, at the price of up
+    // to 256 untracked bytes per such allocation left unreported.
+    constexpr std::size_t rounding = 512;
     std::vector<detail::named_record> live;
     ledger_->live_records(live);
     for (const detail::named_record& r : live)
-      grown -=
-          static_cast<long long>(((r.record.bytes + 255) & ~std::size_t{255}) - r.record.bytes);
+      grown -= static_cast<long long>(((r.record.bytes + rounding - 1) & ~(rounding - 1)) -
+                                      r.record.bytes);
   }
   report_.untracked_bytes = grown > 0 ? static_cast<std::size_t>(grown) : 0;
   bool alone = true;

@@ -169,6 +169,10 @@ void validate(const device_config& c) {
   if (c.total_bytes <= c.context_bytes || c.total_bytes < g)
     throw std::invalid_argument(
         "cuscope::sim::reset: total_bytes must exceed context_bytes and the pool granularity");
+  const std::size_t r = c.pool_rounding_bytes;
+  if (r < allocation_alignment || (r & (r - 1)) != 0 || r > (std::size_t{64} << 10))
+    throw std::invalid_argument(
+        "cuscope::sim::reset: pool_rounding_bytes must be a power of two from 256 to 64 KiB");
   const std::size_t pitch = c.pitch_alignment_bytes;
   if (pitch == 0 || (pitch & (pitch - 1)) != 0 || pitch > (std::size_t{1} << 20))
     throw std::invalid_argument(

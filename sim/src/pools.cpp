@@ -54,9 +54,9 @@ cudaError_t pool_allocate(state& g, CUmemPoolHandle_st& pool, std::size_t bytes,
     if (!g.config.zero_byte_async_keeps_pointer) *out = nullptr;
     return cudaSuccess;
   }
-  if (bytes > std::numeric_limits<std::size_t>::max() - allocation_alignment)
-    return cudaErrorMemoryAllocation;
-  const std::size_t need = round_up(bytes, allocation_alignment);
+  const std::size_t rounding = g.config.pool_rounding_bytes;
+  if (bytes > std::numeric_limits<std::size_t>::max() - rounding) return cudaErrorMemoryAllocation;
+  const std::size_t need = round_up(bytes, rounding);
   pool_allocator::result placed;
   const auto rank = [&](const free_tag& freed_by, bool free_pending) {
     return rank_for(g, pool, s, freed_by, free_pending);

@@ -5,6 +5,7 @@
 // build only.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -371,6 +372,39 @@ TEST_CASE("sim: the pool attributes of CUDA 13.2 and 13.4 describe the pool and 
   CHECK(cudaMemPoolGetAttribute(pool, attr(0), &value) == cudaErrorInvalidValue);
   (void)cudaGetLastError();
   REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+TEST_CASE("sim: pools count each allocation rounded up to pool_rounding_bytes", "[sim]") {
+  for (const std::size_t rounding : {std::size_t{256}, std::size_t{512}, std::size_t{4096}}) {
+    INFO("pool_rounding_bytes " << rounding);
+    cuscope::sim::device_config c;
+    c.pool_rounding_bytes = rounding;
+    cuscope::sim::reset(c);
+    cudaMemPool_t pool = make_pool();
+    cudaStream_t s = make_stream();
+    void* a = nullptr;
+    void* b = nullptr;
+    REQUIRE(cudaMallocFromPoolAsync(&a, 600, pool, s) == cudaSuccess);
+    REQUIRE(cudaMallocFromPoolAsync(&b, 512, pool, s) == cudaSuccess);
+    const std::size_t six_hundred = (600 + rounding - 1) / rounding * rounding;
+    CHECK(pool_attr(pool, cudaMemPoolAttrUsedMemCurrent) ==
+          six_hundred + std::max<std::size_t>(512, rounding));
+    CHECK(reinterpret_cast<std::uintptr_t>(a) % rounding == 0);
+    CHECK(reinterpret_cast<std::uintptr_t>(b) % rounding == 0);
+    REQUIRE(cudaFreeAsync(a, s) == cudaSuccess);
+    REQUIRE(cudaFreeAsync(b, s) == cudaSuccess);
+    CHECK(pool_attr(pool, cudaMemPoolAttrUsedMemCurrent) == 0);
+    REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+    REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+    REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+  }
+  for (const std::size_t bad :
+       {std::size_t{0}, std::size_t{128}, std::size_t{768}, std::size_t{128} << 10}) {
+    cuscope::sim::device_config c;
+    c.pool_rounding_bytes = bad;
+    CHECK_THROWS_WITH(cuscope::sim::reset(c), cuscope::test::contains("pool_rounding_bytes"));
+  }
+  cuscope::sim::reset();
 }
 
 TEST_CASE("sim: cudaMallocAsync of 0 bytes keeps the pointer as it was, or writes nullptr",

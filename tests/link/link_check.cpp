@@ -6,8 +6,13 @@
 #include <cuscope/sim.hpp>
 
 int main() {
-  cuscope::sim::reset({3, std::size_t{1} << 30, std::size_t{64} << 20, std::size_t{2} << 20,
-                       cuscope::sim::execution::deferred});
+  cuscope::sim::device_config config;
+  config.device_count = 3;
+  config.total_bytes = std::size_t{1} << 30;
+  config.context_bytes = std::size_t{64} << 20;
+  config.pool_granularity_bytes = std::size_t{2} << 20;
+  config.mode = cuscope::sim::execution::deferred;
+  cuscope::sim::reset(config);
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   cudaDeviceProp prop{};

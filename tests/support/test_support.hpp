@@ -30,6 +30,7 @@ struct device_setup {
   std::size_t context_bytes = std::size_t{256} << 20;
   std::size_t pool_granularity_bytes = std::size_t{32} << 20;  // the simulation's default
   bool eager = false;
+  std::size_t pool_rounding_bytes = 256;  // the simulation's default
 };
 
 /// Opens a test case on a fresh device and closes it with a check that nothing is outstanding.
@@ -45,6 +46,7 @@ class device_guard {
     c.total_bytes = setup.total_bytes;
     c.context_bytes = setup.context_bytes;
     c.pool_granularity_bytes = setup.pool_granularity_bytes;
+    c.pool_rounding_bytes = setup.pool_rounding_bytes;
     c.mode = setup.eager ? sim::execution::eager : sim::execution::deferred;
     sim::reset(c);
 #else

@@ -56,6 +56,10 @@ struct device_config {
   /// cudaEventSynchronize of one, waits before the simulation reports a hang: a fault line and
   /// the sticky cudaErrorLaunchTimeout (a GPU would wait forever).
   std::chrono::milliseconds ipc_timeout{10000};
+  /// Pools count each allocation rounded up to a multiple of this (a power of two from 256 to
+  /// 64 KiB), in used bytes and in their chunks; pointers are aligned to it. GPUs were seen to
+  /// count multiples of 512 bytes exactly; what they count for other sizes is not known.
+  std::size_t pool_rounding_bytes = 256;
 };
 
 /// @brief Starts a fresh simulated process: runs all pending work, then forgets every device,
