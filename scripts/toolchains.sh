@@ -144,6 +144,32 @@ compose() {
   printf 'CUDA Version %s\n' "$rt_version" >"$prefix/version.txt"
 }
 
+# The tests a "real" row builds against the runtime: those with code of their own for it (CCCL
+# 3.5's resources over a pool, batches' kernels, interop) and the graph calls. Every other test
+# links the simulated device, whose calls check_runtime_symbols looks up in the runtime instead.
+real_tests="batch_test;memory_resource_test;stream_test;docs_interop_test;docs_graphs_test"
+
+# check_runtime_symbols <build>: every CUDA runtime function that the simulated-device tests'
+# objects call (the library's code and theirs, compiled against this version's headers) is
+# defined by the composed libcudart.so.<major>: what linking every test against it would check.
+check_runtime_symbols() {
+  local objects needed defined missing
+  objects=$(find "$1/tests" -path '*_sim.dir/*' -name '*.o')
+  [ -n "$objects" ] || {
+    say "no simulated-device test objects under $1/tests" >&2
+    return 1
+  }
+  # shellcheck disable=SC2086 # a list of files
+  needed=$(nm --undefined-only $objects | awk '$2 ~ /^_*cuda/ {print $2}' | sort -u)
+  defined=$(nm -D --defined-only "$prefix/lib64/libcudart.so.$rt_major" | awk '{sub(/@.*/, "", $3); print $3}' | sort -u)
+  missing=$(comm -23 <(printf '%s\n' "$needed") <(printf '%s\n' "$defined"))
+  if [ -n "$missing" ]; then
+    say "libcudart.so.$rt_major does not define: $(tr '\n' ' ' <<<"$missing")" >&2
+    return 1
+  fi
+  say "libcudart.so.$rt_major defines the $(wc -l <<<"$needed") runtime functions the tests call"
+}
+
 # run_one <name> <cuda> <cccl> <compiler> <std> <real|->
 run_one() {
   local name=$1 cuda=$2 cccl_version=$3 cxx=$4 std=$5 real=OFF
@@ -161,6 +187,7 @@ run_one() {
     -DCUDAToolkit_ROOT="$prefix" \
     -DCMAKE_CUDA_COMPILER= \
     -DCUSCOPE_REAL_RUNTIME=$real -DCMAKE_CUDA_RUNTIME_LIBRARY=Shared \
+    "-DCUSCOPE_REAL_TESTS=$real_tests" \
     -DCUSCOPE_WARNINGS_AS_ERRORS=ON \
     -DCUSCOPE_SANITIZE=OFF -DCUSCOPE_TSAN=OFF -DCUSCOPE_TEST_PTDS=OFF -DCUSCOPE_FORMAT_CHECK=OFF \
     -DCUSCOPE_BUILD_EXAMPLES=OFF -DCUSCOPE_BUILD_BENCHMARKS=OFF -DCUSCOPE_INSTALL=OFF \
@@ -173,6 +200,7 @@ run_one() {
     die "$name: the build did not take CUDA from $prefix"
   cmake --build "$build" || die "$name: build failed"
   if [ "$real" = AUTO ]; then
+    check_runtime_symbols "$build" || die "$name: the tests call functions libcudart.so.$rt_major lacks"
     # The real-runtime tests were linked with the composed libcudart. ldd is read whole: grep -q
     # reading a pipe may exit before ldd has written, and pipefail would count its SIGPIPE.
     local exe
