@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <cuscope/cuscope.hpp>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -21,7 +22,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-#include <cuscope/cuscope.hpp>
 
 #include "catch.hpp"
 #include "test_support.hpp"
