@@ -678,7 +678,7 @@ TEST_CASE("pointer_index: every entry found once, whatever the order, with colli
   };
   for (std::size_t i = 0; i < n; ++i) {
     records[i].ptr.store(address(i));
-    records[i].by_pointer.store(true);
+    records[i].holds_ref.store(false);  // freed by pointer
     index.insert(address(i), &records[i]);
   }
   std::vector<std::size_t> order(n);
@@ -2313,7 +2313,7 @@ TEST_CASE("pointer_index: agrees with a plain list under colliding, wrapping hom
       // Distinct addresses only: two live records never share one.
       if (!live[i] && live_at.count(addr[i]) == 0) {
         records[i].ptr.store(addr[i]);
-        records[i].by_pointer.store(true);
+        records[i].holds_ref.store(false);  // freed by pointer
         index.insert(addr[i], &records[i]);
         live[i] = true;
         live_at[addr[i]] = i;

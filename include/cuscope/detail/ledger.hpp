@@ -166,9 +166,10 @@ struct ledger_record {
   std::atomic<const char*> tag{nullptr};
   std::atomic<const char*> file{nullptr};
   std::atomic<unsigned> line{0};
-  std::atomic<bool> holds_ref{false};   // the allocation holds a reference to the ledger
-  std::atomic<bool> by_pointer{false};  // freed by pointer (find()), not through its record
-  ledger_stripe* stripe = nullptr;      // where it lives
+  // The allocation holds a reference to the ledger; false: it is freed by pointer (find()), not
+  // through its record.
+  std::atomic<bool> holds_ref{false};
+  ledger_stripe* stripe = nullptr;  // where it lives
   // The thread that made it (thread_identity). A thread's number changes before the token its
   // stripes hold dies (thread_token_holder, exit_token_done), and a stripe passes to another
   // thread only once its token is dead: a thread whose number is still the maker's owns the
@@ -1040,7 +1041,7 @@ class ledger final : public ledger_access {
         // An allocation freed through its record may still show ptr after its memory went back
         // to the pool: only records freed by pointer are looked at.
         const void* expected = ptr;
-        if (r.by_pointer.load(std::memory_order_relaxed) &&
+        if (!r.holds_ref.load(std::memory_order_relaxed) &&
             r.ptr.load(std::memory_order_relaxed) == ptr &&
             r.ptr.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel))
           return &r;
@@ -1340,7 +1341,6 @@ class ledger final : public ledger_access {
     r.file.store(file, std::memory_order_relaxed);
     r.line.store(line, std::memory_order_relaxed);
     r.holds_ref.store(holds_ref, std::memory_order_relaxed);
-    r.by_pointer.store(!holds_ref, std::memory_order_relaxed);
     r.end_write(odd);  // r.maker names the calling thread, the owner of r's stripe
   }
 
