@@ -461,6 +461,55 @@ TEST_CASE("recorder: memory of the cuda::mr adaptor is recorded when allocated a
   CHECK(ev[3].bytes == 8192);
 }
 
+TEST_CASE("recorder: a pool's allocations and frees name the pool's device, whatever is current",
+          "[recorder]") {
+  device_guard device({2});
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
+  recorder r(small(64));
+  cuscope::pool_options po;
+  po.device = 1;
+  memory_pool on_one(po);
+  memory_pool on_zero;
+  // Two entries in the table: the pool attached first is found past the newer one.
+  on_one.set_recorder(&r);
+  on_zero.set_recorder(&r);
+  cuscope::stream_options so;
+  so.device = 1;
+  cuscope::stream s1(so);
+  cuscope::stream s0;
+  REQUIRE(cuscope::current_device() == 0);
+  void* p = on_one.allocate(s1, 4096);
+  on_one.deallocate(s1, p, 4096);
+  { const cuscope::device_buffer<int> b(s1, 256, on_one); }
+  cuscope::pool_resource mr(on_one);
+  mr.deallocate(s1, mr.allocate(s1, 512), 512);
+  void* q = on_zero.allocate(s0, 1024);
+  on_zero.deallocate(s0, q, 1024);
+  s1.synchronize();
+  s0.synchronize();
+  std::vector<memory_event> ev;
+  for (const memory_event& e : r.events())
+    if (e.kind == memory_event_kind::allocate || e.kind == memory_event_kind::free) ev.push_back(e);
+  REQUIRE(ev.size() == 8);
+  for (std::size_t i = 0; i < 6; ++i) {
+    CHECK(ev[i].kind == (i % 2 == 0 ? memory_event_kind::allocate : memory_event_kind::free));
+    CHECK(ev[i].device == 1);
+    CHECK(ev[i].pool == on_one.get());
+    CHECK(ev[i].stream == s1.get());
+    CHECK(ev[i].scope == 0);
+  }
+  CHECK(ev[0].ptr == p);
+  CHECK(ev[0].bytes == 4096);
+  CHECK(ev[2].bytes == 256 * sizeof(int));
+  CHECK(ev[5].bytes == 512);
+  CHECK(ev[6].device == 0);
+  CHECK(ev[6].pool == on_zero.get());
+  CHECK(ev[6].ptr == q);
+  CHECK(ev[7].kind == memory_event_kind::free);
+  CHECK(ev[7].device == 0);
+  CHECK(ev[7].bytes == 1024);
+}
+
 TEST_CASE("recorder: detaching stops the recording through every reference and buffer",
           "[recorder]") {
   device_guard device;

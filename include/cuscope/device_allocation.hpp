@@ -217,8 +217,9 @@ class device_allocation {
     if (ledger_ != nullptr) return free_counted();
     // cudaFreeAsync is ordered by the stream, whatever device is current; only a default stream
     // handle needs the pool's device to name the stream the memory was used on.
-    if (detail::free_async_nothrow(data_, stream_, device_, bytes_) && detail::any_pool_recorded())
-      detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
+    if (!detail::free_async_nothrow(data_, stream_, device_, bytes_)) return;
+    if (const detail::hook_entry* entries = detail::recorded_pools())
+      detail::notify_pool_free(pool_, stream_, entries, data_, bytes_);
   }
 
   // The counted half of the constructor, out of line: bytes (not 0) from pool_ on stream_,
@@ -418,8 +419,8 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_counted(std::siz
 CUSCOPE_DETAIL_NOINLINE inline void device_allocation::record_counted_allocate() const noexcept {
   if (detail::recorder_hook* h = ledger_->hook())
     h->record_allocate(device_, pool_, stream_, data_, bytes_, ledger_->recording().scope);
-  else
-    detail::notify_pool_allocate(device_, pool_, stream_, data_, bytes_);
+  else if (const detail::hook_entry* entries = detail::recorded_pools())
+    detail::notify_pool_allocate(pool_, stream_, entries, data_, bytes_);
 }
 
 CUSCOPE_DETAIL_COLD inline void* device_allocation::allocate_counted_failed(
@@ -475,8 +476,8 @@ CUSCOPE_DETAIL_NOINLINE inline void device_allocation::allocate_budgeted(std::si
 CUSCOPE_DETAIL_NOINLINE inline void device_allocation::record_counted_free() const noexcept {
   if (detail::recorder_hook* h = ledger_->hook())
     h->record_free(device_, pool_, stream_, data_, bytes_);
-  else
-    detail::notify_pool_free(device_, pool_, stream_, data_, bytes_);
+  else if (const detail::hook_entry* entries = detail::recorded_pools())
+    detail::notify_pool_free(pool_, stream_, entries, data_, bytes_);
 }
 
 CUSCOPE_DETAIL_HOT_INLINE inline void device_allocation::counted_freed() noexcept {

@@ -325,8 +325,8 @@ class pool_base {
       // Both out of line: this path is inlined wherever memory is allocated.
       if (target.hook != nullptr)
         detail::notify_allocate(target, self().device_, self().handle_, stream.get(), p, bytes);
-      else if (detail::any_pool_recorded())
-        detail::notify_pool_allocate(self().device_, self().handle_, stream.get(), p, bytes);
+      else if (const detail::hook_entry* entries = detail::recorded_pools())
+        detail::notify_pool_allocate(self().handle_, stream.get(), entries, p, bytes);
       return p;
     }
     return allocate_failed(stream, bytes, status, policy, target);
@@ -692,8 +692,8 @@ void pool_base<Derived>::deallocate(stream_ref stream, void* ptr, std::size_t by
     const cudaError_t status = cudaFreeAsync(ptr, stream.get());
     if (status != cudaSuccess) free_failed(status, ptr, bytes, stream);
   }
-  if (detail::any_pool_recorded())
-    detail::notify_pool_free(self().device_, self().handle_, stream.get(), ptr, bytes);
+  if (const detail::hook_entry* entries = detail::recorded_pools())
+    detail::notify_pool_free(self().handle_, stream.get(), entries, ptr, bytes);
 }
 
 template <class Derived>
@@ -996,7 +996,7 @@ void memory_pool::set_recorder(Recorder* r, const std::string& name) {
   if (handle_ == nullptr)
     throw std::logic_error("cuscope::memory_pool: use of an empty (moved-from or released) pool");
   if (!name.empty()) r->name_pool(handle_, name);
-  detail::attach_hook(handle_, static_cast<detail::recorder_hook*>(r));
+  detail::attach_hook(handle_, device_, static_cast<detail::recorder_hook*>(r));
   recorded_ = true;
   r->sample(device_, handle_);
 }

@@ -72,8 +72,9 @@ CUSCOPE_DETAIL_HOT_INLINE inline void* allocate_plain(const memory_pool_ref& poo
 CUSCOPE_DETAIL_NOINLINE inline void free_plain_slow(void* ptr, std::size_t bytes,
                                                     cudaStream_t stream,
                                                     const memory_pool_ref& pool) noexcept {
-  if (free_async_nothrow(ptr, stream, pool.device(), bytes) && any_pool_recorded())
-    notify_pool_free(pool.device(), pool.get(), stream, ptr, bytes);
+  if (!free_async_nothrow(ptr, stream, pool.device(), bytes)) return;
+  if (const hook_entry* entries = recorded_pools())
+    notify_pool_free(pool.get(), stream, entries, ptr, bytes);
 }
 
 CUSCOPE_DETAIL_HOT_INLINE inline void free_plain_nothrow(void* ptr, std::size_t bytes,

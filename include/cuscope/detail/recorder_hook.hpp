@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the core headers know of a recorder: an interface its events go through, and the one
-// process-wide table of which pool records into which recorder. A relaxed flag says whether any
-// pool records at all, so that allocating with no recorder attached costs one load; the table
-// itself is a short list, read without a lock while some pool records and changed under a spin
-// lock when a recorder is attached or detached.
+// process-wide table of which pool records into which recorder. One pointer, null while no pool
+// records, is where a lookup starts, so that allocating with no recorder attached costs one load;
+// the table itself is a short list, read without a lock while some pool records and changed under
+// a spin lock when a recorder is attached or detached.
 //
 // The table is an inline variable: one per process where cuscope's symbols are shared (the
 // default), one per shared library built with hidden visibility, whose pools are then recorded
@@ -55,6 +55,30 @@ class recorder_hook {
                                              const void* ptr, std::size_t bytes) noexcept {
     const std::uint64_t now = ticks();
     write<false>(now, free_event, 0, device, pool, stream, ptr, bytes, 0, 0);
+    maybe_sample(now, device, pool);
+  }
+
+  /// @brief The device as an event's kind word holds it.
+  static constexpr std::uint64_t device_bits(int device) noexcept {
+    return static_cast<std::uint64_t>(static_cast<std::uint32_t>(device)) << 40;
+  }
+
+  /// @brief As record_allocate(device, pool, stream, ptr, bytes), for memory no session counts;
+  /// device given as device_bits(device).
+  CUSCOPE_DETAIL_HOT_INLINE void record_pool_allocate(std::uint64_t device, cudaMemPool_t pool,
+                                                      cudaStream_t stream, const void* ptr,
+                                                      std::size_t bytes) noexcept {
+    const std::uint64_t now = ticks();
+    write_word(now, allocate_event | device, pool, stream, ptr, bytes);
+    maybe_sample(now, device, pool);
+  }
+
+  /// @brief As record_free(device, pool, stream, ptr, bytes); device given as device_bits(device).
+  CUSCOPE_DETAIL_HOT_INLINE void record_pool_free(std::uint64_t device, cudaMemPool_t pool,
+                                                  cudaStream_t stream, const void* ptr,
+                                                  std::size_t bytes) noexcept {
+    const std::uint64_t now = ticks();
+    write_word(now, free_event | device, pool, stream, ptr, bytes);
     maybe_sample(now, device, pool);
   }
 
@@ -121,8 +145,9 @@ class recorder_hook {
     }
     std::atomic_thread_fence(std::memory_order_release);
     s.w[0].store(now, std::memory_order_relaxed);
-    s.w[1].store(kind | (std::uint64_t{scope} << 8) |
-                     (static_cast<std::uint64_t>(static_cast<std::uint32_t>(device)) << 40),
+    // The word is put together here, once the slot is claimed, rather than passed in as
+    // write_word() takes it: g++ then keeps fewer values across the claim.
+    s.w[1].store(kind | (std::uint64_t{scope} << 8) | device_bits(device),
                  std::memory_order_relaxed);
     s.w[2].store(bits(pool), std::memory_order_relaxed);
     s.w[3].store(bits(stream), std::memory_order_relaxed);
@@ -133,6 +158,35 @@ class recorder_hook {
       s.w[7].store(device_free, std::memory_order_relaxed);
     }
     s.seq.store(2 * i + 2, std::memory_order_release);
+  }
+
+  // An allocation or a free, as write<false>(), with the kind and device already in the word that
+  // holds them (the pool's paths, where hook_entry keeps the device so).
+  CUSCOPE_DETAIL_HOT_INLINE void write_word(std::uint64_t now, std::uint64_t word,
+                                            cudaMemPool_t pool, cudaStream_t stream,
+                                            const void* ptr, std::size_t bytes) noexcept {
+    const std::uint64_t i = head_.fetch_add(1, std::memory_order_acq_rel);
+    slot& s = slots_[i & mask_];
+    const std::uint64_t claimed = 2 * i + 1;  // as write()'s claim
+    std::uint64_t seq = s.seq.load(std::memory_order_relaxed);
+    for (;;) {
+      if (seq >= claimed) return;
+      if ((seq & 1) != 0) {
+        seq = s.seq.load(std::memory_order_relaxed);
+        continue;
+      }
+      if (s.seq.compare_exchange_weak(seq, claimed, std::memory_order_acquire,
+                                      std::memory_order_relaxed))
+        break;
+    }
+    std::atomic_thread_fence(std::memory_order_release);
+    s.w[0].store(now, std::memory_order_relaxed);
+    s.w[1].store(word, std::memory_order_relaxed);
+    s.w[2].store(bits(pool), std::memory_order_relaxed);
+    s.w[3].store(bits(stream), std::memory_order_relaxed);
+    s.w[4].store(bits(ptr), std::memory_order_relaxed);
+    s.w[5].store(bytes, std::memory_order_relaxed);
+    s.seq.store(claimed + 1, std::memory_order_release);
   }
 
   /// Samples the pool and the device at now, unless another thread took the sample due at next
@@ -151,6 +205,11 @@ class recorder_hook {
   void maybe_sample(std::uint64_t now, int device, cudaMemPool_t pool) noexcept {
     const std::uint64_t next = next_sample_.load(std::memory_order_relaxed);
     if (now >= next) sample_at(now, next, device, pool);
+  }
+  // device: device_bits(device).
+  void maybe_sample(std::uint64_t now, std::uint64_t device, cudaMemPool_t pool) noexcept {
+    const std::uint64_t next = next_sample_.load(std::memory_order_relaxed);
+    if (now >= next) sample_at(now, next, static_cast<int>(device >> 40), pool);
   }
 };
 
@@ -189,11 +248,19 @@ struct alloc_tally {
 struct hook_entry {
   std::atomic<cudaMemPool_t> pool{nullptr};
   std::atomic<recorder_hook*> hook{nullptr};
+  // The pool's device, as an event's kind word holds it (recorder_hook::device_bits), so that
+  // the pool's own paths need not pass it.
+  std::atomic<std::uint64_t> device_bits{0};
   hook_entry* next = nullptr;
 };
 
 struct hook_table {
-  std::atomic<bool> any{false};     // whether some entry is in use; read relaxed
+  // head while some entry is in use, else nullptr: the test of the hot paths and where their
+  // lookup starts, in one load.
+  std::atomic<const hook_entry*> active{nullptr};
+  // Whether active is not nullptr, as a byte: any_pool_recorded(), for the paths that only test
+  // (g++ keeps a session's counted paths a little tighter with it). Read relaxed.
+  std::atomic<bool> any{false};
   std::atomic<bool> locked{false};  // serializes attachments and detachments
   std::atomic<hook_entry*> head{nullptr};
   std::size_t in_use = 0;  // under the lock
@@ -213,19 +280,30 @@ class hook_table_lock {
   ~hook_table_lock() { recorder_table.locked.store(false, std::memory_order_release); }
 };
 
-// Without a lock: an entry is filled hook first, then pool (release), and emptied pool first.
-inline recorder_hook* find_hook(cudaMemPool_t pool) noexcept {
-  for (const hook_entry* e = recorder_table.head.load(std::memory_order_acquire); e != nullptr;
-       e = e->next)
-    if (e->pool.load(std::memory_order_acquire) == pool)
-      return e->hook.load(std::memory_order_relaxed);
-  return nullptr;
+/// The table's entries, nullptr while no pool records: one load (acquire, a plain load on
+/// x86). A pool attached on another thread may be seen a little late; its own thread sees it at
+/// once.
+inline const hook_entry* recorded_pools() noexcept {
+  return recorder_table.active.load(std::memory_order_acquire);
 }
 
-/// Whether any pool records: one relaxed load. A pool attached on another thread may be seen a
-/// little late, as with any relaxed flag; its own thread sees it at once.
+/// Whether any pool records: one relaxed load, seen as recorded_pools() is.
 inline bool any_pool_recorded() noexcept {
   return recorder_table.any.load(std::memory_order_relaxed);
+}
+
+// Without a lock, from entries (not nullptr, from recorded_pools()): an entry is filled hook
+// and device first, then pool (release), and emptied pool first.
+inline recorder_hook* find_hook(const hook_entry* entries, cudaMemPool_t pool) noexcept {
+  const hook_entry* e = entries;
+  while (e->pool.load(std::memory_order_acquire) != pool)
+    if ((e = e->next) == nullptr) return nullptr;
+  return e->hook.load(std::memory_order_relaxed);
+}
+
+inline recorder_hook* find_hook(cudaMemPool_t pool) noexcept {
+  const hook_entry* entries = recorded_pools();
+  return entries != nullptr ? find_hook(entries, pool) : nullptr;
 }
 
 /// Whether an operation recorded into target (or, with no hook, into its pool's recorder) may
@@ -234,9 +312,9 @@ inline bool may_record(record_target target = {}) noexcept {
   return target.hook != nullptr || any_pool_recorded();
 }
 
-/// The recorder attached to pool; nullptr for none. One relaxed load while no pool records.
+/// The recorder attached to pool; nullptr for none. One load while no pool records.
 inline recorder_hook* hook_for(cudaMemPool_t pool) noexcept {
-  return any_pool_recorded() ? find_hook(pool) : nullptr;
+  return find_hook(pool);
 }
 
 /// The hook of target, else the one attached to pool.
@@ -260,16 +338,34 @@ CUSCOPE_DETAIL_NOINLINE inline void notify_free(record_target target, int device
 }
 
 /// Records an allocation or a free of memory no session counts into the recorder attached to
-/// pool, if any (the caller has seen any_pool_recorded()).
-CUSCOPE_DETAIL_NOINLINE inline void notify_pool_allocate(int device, cudaMemPool_t pool,
-                                                         cudaStream_t stream, const void* ptr,
+/// pool, if any, looked up in entries (not nullptr: what the caller's test of recorded_pools()
+/// returned, so that the lookup loads nothing twice).
+/// The event names the pool's device, as the entry keeps it. (entries comes third, in the register
+/// that reading the time-stamp counter overwrites: the lookup is done with it by then.)
+CUSCOPE_DETAIL_NOINLINE inline void notify_pool_allocate(cudaMemPool_t pool, cudaStream_t stream,
+                                                         const hook_entry* entries, const void* ptr,
                                                          std::size_t bytes) noexcept {
-  if (recorder_hook* h = find_hook(pool)) h->record_allocate(device, pool, stream, ptr, bytes);
+  const hook_entry* e = entries;
+  if (e->pool.load(std::memory_order_acquire) != pool) {
+    do {
+      if ((e = e->next) == nullptr) return;
+    } while (e->pool.load(std::memory_order_acquire) != pool);
+  }
+  if (recorder_hook* h = e->hook.load(std::memory_order_relaxed))
+    h->record_pool_allocate(e->device_bits.load(std::memory_order_relaxed), pool, stream, ptr,
+                            bytes);
 }
-CUSCOPE_DETAIL_NOINLINE inline void notify_pool_free(int device, cudaMemPool_t pool,
-                                                     cudaStream_t stream, const void* ptr,
+CUSCOPE_DETAIL_NOINLINE inline void notify_pool_free(cudaMemPool_t pool, cudaStream_t stream,
+                                                     const hook_entry* entries, const void* ptr,
                                                      std::size_t bytes) noexcept {
-  if (recorder_hook* h = find_hook(pool)) h->record_free(device, pool, stream, ptr, bytes);
+  const hook_entry* e = entries;
+  if (e->pool.load(std::memory_order_acquire) != pool) {
+    do {
+      if ((e = e->next) == nullptr) return;
+    } while (e->pool.load(std::memory_order_acquire) != pool);
+  }
+  if (recorder_hook* h = e->hook.load(std::memory_order_relaxed))
+    h->record_pool_free(e->device_bits.load(std::memory_order_relaxed), pool, stream, ptr, bytes);
 }
 
 /// Records an allocation into target: into its session's recorder in place, else into the one
@@ -279,8 +375,8 @@ CUSCOPE_DETAIL_HOT_INLINE inline void record_allocate(record_target target, int 
                                                       const void* ptr, std::size_t bytes) noexcept {
   if (target.hook != nullptr)
     target.hook->record_allocate(device, pool, stream, ptr, bytes, target.scope);
-  else if (any_pool_recorded())
-    notify_pool_allocate(device, pool, stream, ptr, bytes);
+  else if (const hook_entry* entries = recorded_pools())
+    notify_pool_allocate(pool, stream, entries, ptr, bytes);
 }
 
 /// Records a free into target, as record_allocate(target, ...) does.
@@ -289,8 +385,8 @@ CUSCOPE_DETAIL_HOT_INLINE inline void record_free(record_target target, int devi
                                                   const void* ptr, std::size_t bytes) noexcept {
   if (target.hook != nullptr)
     target.hook->record_free(device, pool, stream, ptr, bytes);
-  else if (any_pool_recorded())
-    notify_pool_free(device, pool, stream, ptr, bytes);
+  else if (const hook_entry* entries = recorded_pools())
+    notify_pool_free(pool, stream, entries, ptr, bytes);
 }
 
 // Empties the entries that match; called with the lock held.
@@ -304,12 +400,15 @@ void empty_hooks(Match match) noexcept {
     e->hook.store(nullptr, std::memory_order_relaxed);
     --recorder_table.in_use;
   }
+  recorder_table.active.store(
+      recorder_table.in_use != 0 ? recorder_table.head.load(std::memory_order_relaxed) : nullptr,
+      std::memory_order_release);
   recorder_table.any.store(recorder_table.in_use != 0, std::memory_order_relaxed);
 }
 
-/// Records pool's operations into hook from now on (pool != nullptr, hook != nullptr).
-/// Throws std::bad_alloc.
-inline void attach_hook(cudaMemPool_t pool, recorder_hook* hook) {
+/// Records pool's operations into hook from now on (pool != nullptr, hook != nullptr); device is
+/// the pool's. Throws std::bad_alloc.
+inline void attach_hook(cudaMemPool_t pool, int device, recorder_hook* hook) {
   hook_entry* fresh = new hook_entry;  // before the lock; deleted when an empty entry is reused
   {
     const hook_table_lock lock;
@@ -323,8 +422,11 @@ inline void attach_hook(cudaMemPool_t pool, recorder_hook* hook) {
       recorder_table.head.store(e, std::memory_order_release);
     }
     e->hook.store(hook, std::memory_order_relaxed);
+    e->device_bits.store(recorder_hook::device_bits(device), std::memory_order_relaxed);
     e->pool.store(pool, std::memory_order_release);
     ++recorder_table.in_use;
+    recorder_table.active.store(recorder_table.head.load(std::memory_order_relaxed),
+                                std::memory_order_release);
     recorder_table.any.store(true, std::memory_order_relaxed);
   }
   delete fresh;
