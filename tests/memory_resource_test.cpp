@@ -261,6 +261,37 @@ TEST_CASE(
                              pool.describe()));
 }
 
+TEST_CASE(
+    "pool_resource: a reference to a pinned_memory_pool is refused, naming the pool and "
+    "pinned_pool_resource",
+    "[memory_resource]") {
+  device_guard device;
+  if (!pinned_memory_pool::supported(0)) {
+    WARN("skipped: host memory pools are not supported here");
+    return;
+  }
+  cuscope::pool_options options;
+  options.name = "staging";
+  pinned_memory_pool pool(options);
+  const cuscope::memory_pool_ref ref = pool.ref();
+  CHECK_THROWS_AS(pool_resource(ref), std::invalid_argument);
+  CHECK_THROWS_WITH(pool_resource(ref), contains("cuscope::pool_resource: " + pool.describe() +
+                                                 " holds page-locked host memory") &&
+                                            contains("use pinned_pool_resource"));
+  // A device pool is still taken.
+  memory_pool device_pool;
+  CHECK(pool_resource(device_pool.ref()).pool() == device_pool.ref());
+#if CUSCOPE_TEST_SIMULATED
+  // A driver that does not answer cudaMemPoolAttrLocationType (older than CUDA 13.2): cuscope
+  // knows the pools it made of host memory.
+  cuscope::sim::fail_api("cudaMemPoolGetAttribute", 1, cudaErrorInvalidValue);
+  CHECK_THROWS_WITH(pool_resource(ref), contains("holds page-locked host memory"));
+  cuscope::sim::fail_api("cudaMemPoolGetAttribute", 1, cudaErrorInvalidValue);
+  CHECK(pool_resource(device_pool.ref()).pool() == device_pool.ref());
+  CHECK(cudaGetLastError() == cudaSuccess);
+#endif
+}
+
 TEST_CASE("pool_resource: equal resources share a pool", "[memory_resource]") {
   device_guard device;
   memory_pool pool;

@@ -178,6 +178,27 @@ class pool_resource_base {
   }
 };
 
+// Whether pool holds page-locked host memory: its location as the driver reports it
+// (cudaMemPoolAttrLocationType, answered by CUDA 13.2 drivers and newer), else whether cuscope
+// made it as a pinned_memory_pool (a memory_pool_ref does not say).
+inline bool host_located_pool(cudaMemPool_t pool) noexcept {
+  constexpr int location_type = 0xC;  // cudaMemPoolAttrLocationType, named from CUDA 13.2 on
+  cudaMemLocationType type = cudaMemLocationTypeInvalid;
+  if (cudaMemPoolGetAttribute(pool, static_cast<cudaMemPoolAttr>(location_type), &type) ==
+      cudaSuccess)
+    return type == cudaMemLocationTypeHost || type == cudaMemLocationTypeHostNuma ||
+           type == cudaMemLocationTypeHostNumaCurrent;
+  (void)cudaGetLastError();  // an older driver: cudaErrorInvalidValue
+  return pool_directory::get().host(pool);
+}
+
+[[noreturn]] CUSCOPE_DETAIL_COLD inline void refuse_host_pool(const memory_pool_ref& pool) {
+  throw std::invalid_argument(
+      "cuscope::pool_resource: " + pool.describe() +
+      " holds page-locked host memory, which is host accessible too; a pool_resource would claim "
+      "device memory only: use pinned_pool_resource over the pinned_memory_pool");
+}
+
 }  // namespace detail
 
 /// @brief A memory_pool_ref as a CCCL memory resource with the device_accessible property.
@@ -196,14 +217,18 @@ class pool_resource_base {
 /// the memory must no longer be in use by then.
 ///
 /// A pool of page-locked host memory is not one for it (its memory is host accessible too):
-/// pinned_pool_resource is.
+/// pinned_pool_resource is. A pinned_memory_pool is refused at compile time, a reference to one
+/// when the resource is made.
 class pool_resource : public detail::pool_resource_base<pool_resource> {
  public:
   /// @brief A resource over pool; the synchronous members use sync_stream (by default the
   /// per-thread default stream, of the pool's device).
-  explicit pool_resource(memory_pool_ref pool,
-                         stream_ref sync_stream = stream_ref::per_thread()) noexcept
-      : pool_resource_base(pool, sync_stream.get(), nullptr) {}
+  /// @throws std::invalid_argument for a pool of page-locked host memory (a pinned_memory_pool's
+  /// ref(), or any pool the driver places on the host): pinned_pool_resource is the one for it.
+  explicit pool_resource(memory_pool_ref pool, stream_ref sync_stream = stream_ref::per_thread())
+      : pool_resource_base(pool, sync_stream.get(), nullptr) {
+    if (detail::host_located_pool(pool.get())) detail::refuse_host_pool(pool);
+  }
 
   /// @brief Deleted: page-locked host memory is host accessible too; pinned_pool_resource says so.
   pool_resource(const pinned_memory_pool& pool,

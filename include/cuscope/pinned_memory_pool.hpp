@@ -152,7 +152,7 @@ inline pinned_memory_pool::pinned_memory_pool(const pool_options& options)
                          "new pinned_memory_pool for device " + std::to_string(device_));
   if (max_bytes_ != 0) max_bytes_ = detail::enforced_max_bytes(handle_, max_bytes_);
   try {
-    detail::pool_directory::get().made(handle_, device_, options.name);
+    detail::pool_directory::get().made(handle_, device_, options.name, true);
     set_access(device_, access_flags::read_write);
     for (const int peer : options.access_from)
       if (peer != device_) set_access(peer, access_flags::read_write);

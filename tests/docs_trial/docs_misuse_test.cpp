@@ -306,6 +306,21 @@ TEST_CASE("pool.deallocate of memory from session::allocate", "[docs][misuse][se
   CHECK_THAT(r.to_string(), contains("'raw scratch', made at "));
 }
 
+TEST_CASE("pool_resource over a reference to a pool of page-locked host memory", "[docs][misuse]") {
+  device_guard device;
+  if (!cuscope::pinned_memory_pool::supported(0)) {
+    WARN("skipped: host memory pools are not supported here");
+    return;
+  }
+  cuscope::pool_options options;
+  options.name = "staging";
+  cuscope::pinned_memory_pool pool(options);
+  CHECK_THROWS_AS(cuscope::pool_resource(pool.ref()), std::invalid_argument);
+  CHECK_THROWS_WITH(cuscope::pool_resource(pool.ref()),
+                    contains("pool 'staging'") && contains("holds page-locked host memory") &&
+                        contains("use pinned_pool_resource"));
+}
+
 TEST_CASE("session::deallocate of a pointer the session did not hand out",
           "[docs][misuse][session]") {
   device_guard device;

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // What messages say about a pool beyond its handle: the name it was made with, and whether
-// cuscope destroyed it. One process-wide list, written when a named pool is made and when a pool
-// is destroyed, read only while a message is built; never on a path that allocates or frees.
+// cuscope destroyed it; and which pools cuscope made of page-locked host memory, for drivers that
+// do not answer cudaMemPoolAttrLocationType. One process-wide list, written when a named or host
+// pool is made and when a pool is destroyed, read while a message is built and when a resource is
+// made over a pool; never on a path that allocates or frees.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -22,15 +24,17 @@ class pool_directory {
     int device = 0;
     std::string name;
     bool destroyed = false;
+    bool host = false;  // page-locked host memory (pinned_memory_pool)
     entry* next = nullptr;
   };
 
   /// The one directory; never destroyed, so that pools with static lifetime may use it at exit.
   static pool_directory& get() noexcept;
 
-  /// A pool was made (or adopted) on device, named name (may be empty). Forgets a destroyed pool
-  /// the driver gave the same handle. Throws std::bad_alloc.
-  void made(cudaMemPool_t pool, int device, const std::string& name);
+  /// A pool was made (or adopted) on device, named name (may be empty), of page-locked host
+  /// memory when host. Forgets a destroyed pool the driver gave the same handle. Throws
+  /// std::bad_alloc.
+  void made(cudaMemPool_t pool, int device, const std::string& name, bool host = false);
 
   /// pool was destroyed by cuscope: later failures on it are named as use after destruction.
   /// Keeps the last destroyed_kept of them. Never throws (a failure to note it is dropped: the
@@ -40,6 +44,9 @@ class pool_directory {
   /// The name pool was made with ("" for none) and whether cuscope destroyed it. Throws
   /// std::bad_alloc.
   std::pair<std::string, bool> find(cudaMemPool_t pool) const;
+
+  /// Whether pool is a live pool of page-locked host memory that cuscope made.
+  bool host(cudaMemPool_t pool) const noexcept;
 
   static constexpr std::size_t destroyed_kept = 64;
 
@@ -80,10 +87,11 @@ inline pool_directory& pool_directory::get() noexcept {
   return *d;
 }
 
-inline void pool_directory::made(cudaMemPool_t pool, int device, const std::string& name) {
+inline void pool_directory::made(cudaMemPool_t pool, int device, const std::string& name,
+                                 bool host) {
   const lock l(locked_);
   erase(pool);
-  if (!name.empty()) append(new entry{pool, device, name, false, nullptr});
+  if (!name.empty() || host) append(new entry{pool, device, name, false, host, nullptr});
 }
 
 inline void pool_directory::destroyed(cudaMemPool_t pool, int device) noexcept {
@@ -105,7 +113,7 @@ inline void pool_directory::destroyed(cudaMemPool_t pool, int device) noexcept {
       }
   }
   try {
-    append(new entry{pool, device, std::move(name), true, nullptr});
+    append(new entry{pool, device, std::move(name), true, false, nullptr});
   } catch (...) {  // std::bad_alloc: the message loses only the diagnosis
   }
 }
@@ -115,6 +123,13 @@ inline std::pair<std::string, bool> pool_directory::find(cudaMemPool_t pool) con
   for (const entry* e = first_; e != nullptr; e = e->next)
     if (e->pool == pool) return {e->name, e->destroyed};
   return {std::string(), false};
+}
+
+inline bool pool_directory::host(cudaMemPool_t pool) const noexcept {
+  const lock l(locked_);
+  for (const entry* e = first_; e != nullptr; e = e->next)
+    if (e->pool == pool) return e->host && !e->destroyed;
+  return false;
 }
 
 inline void pool_directory::erase(cudaMemPool_t pool) noexcept {
