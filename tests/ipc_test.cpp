@@ -344,3 +344,34 @@ TEST_CASE("receive_message: a closed peer, a short message or a missing descript
   CHECK_THROWS_AS(cuscope::send_message(fds[1], 1), std::system_error);
   close(fds[1]);
 }
+
+TEST_CASE("send_message: a one-byte payload is \"1 byte\" in the messages of both ends", "[ipc]") {
+  struct two {
+    char a, b;
+  };
+  int packets[2] = {-1, -1};
+  REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, packets) == 0);
+  cuscope::send_message(packets[0], char{1});
+  CHECK_THROWS_WITH(cuscope::receive_message<two>(packets[1]),
+                    contains("(2 bytes expected): the message was 1 byte") && !contains("1 bytes"));
+  pool_descriptor none;
+  CHECK_THROWS_WITH(cuscope::send_message(packets[0], char{1}, &none),
+                    contains("send_message on socket " + std::to_string(packets[0]) +
+                             " (1 byte): empty pool_descriptor"));
+  close(packets[0]);
+  close(packets[1]);
+
+  int stream_pair[2] = {-1, -1};
+  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, stream_pair) == 0);
+  cuscope::send_message(stream_pair[0], char{1});
+  close(stream_pair[0]);
+  CHECK_THROWS_WITH(cuscope::receive_message<two>(stream_pair[1]),
+                    contains("the peer closed the socket after 1 byte") && !contains("1 bytes"));
+  CHECK_THROWS_WITH(
+      cuscope::send_message(stream_pair[1], char{1}),
+      contains("send_message on socket " + std::to_string(stream_pair[1]) + " (1 byte)") &&
+          !contains("1 bytes"));
+  close(stream_pair[1]);
+  CHECK_THROWS_WITH(cuscope::receive_message<char>(-1),
+                    contains("receive_message on socket -1 (1 byte expected)"));
+}

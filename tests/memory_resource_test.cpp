@@ -259,6 +259,9 @@ TEST_CASE(
   CHECK_THROWS_WITH(r.allocate(s, 64, 512),
                     contains("cuscope::pinned_pool_resource: alignment 512 for 64 bytes from " +
                              pool.describe()));
+  CHECK_THROWS_WITH(
+      r.allocate(s, 1, 512),
+      contains("cuscope::pinned_pool_resource: alignment 512 for 1 byte from " + pool.describe()));
 }
 
 TEST_CASE(

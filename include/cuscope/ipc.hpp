@@ -450,8 +450,48 @@ class imported_buffer {
 
 namespace detail {
 
-[[noreturn]] inline void throw_socket_error(int error, const std::string& what) {
-  throw std::system_error(error, std::generic_category(), "cuscope: " + what);
+// "send_message on socket 5 (1 byte": the start of every send_message and receive_message
+// message. The messages are built only when a call fails.
+CUSCOPE_DETAIL_COLD inline std::string socket_call(const char* call, int socket,
+                                                   std::size_t bytes) {
+  return std::string(call) + " on socket " + std::to_string(socket) + " (" +
+         format_count(bytes, "byte");
+}
+
+[[noreturn]] CUSCOPE_DETAIL_COLD inline void send_empty_descriptor(int socket, std::size_t bytes) {
+  throw std::invalid_argument(socket_call("send_message", socket, bytes) +
+                              "): empty pool_descriptor");
+}
+
+[[noreturn]] CUSCOPE_DETAIL_COLD inline void send_failed(int error, int socket, std::size_t bytes,
+                                                         bool with_pool) {
+  throw std::system_error(error, std::generic_category(),
+                          "cuscope: " + socket_call("send_message", socket, bytes) +
+                              (with_pool ? " and a pool descriptor)" : ")"));
+}
+
+[[noreturn]] CUSCOPE_DETAIL_COLD inline void receive_failed(int error, int socket,
+                                                            std::size_t bytes) {
+  throw std::system_error(
+      error, std::generic_category(),
+      "cuscope: " + socket_call("receive_message", socket, bytes) + " expected)");
+}
+
+// The peer closed the socket after got bytes (received is 0), or sent a message of received
+// bytes (shorter than expected, or longer when received is not).
+[[noreturn]] CUSCOPE_DETAIL_COLD inline void receive_cut(int socket, std::size_t bytes,
+                                                         std::size_t got, std::size_t received,
+                                                         bool longer) {
+  throw std::runtime_error(
+      "cuscope: " + socket_call("receive_message", socket, bytes) + " expected): " +
+      (longer          ? std::string("the message was longer")
+       : received == 0 ? "the peer closed the socket after " + format_count(got, "byte")
+                       : "the message was " + format_count(received, "byte")));
+}
+
+[[noreturn]] CUSCOPE_DETAIL_COLD inline void receive_no_descriptor(int socket, std::size_t bytes) {
+  throw std::runtime_error("cuscope: " + socket_call("receive_message", socket, bytes) +
+                           " expected): no pool descriptor came with the message");
 }
 
 }  // namespace detail
@@ -465,10 +505,7 @@ void send_message(int socket, const T& payload, const pool_descriptor* pool = nu
   static_assert(std::is_trivially_copyable_v<T>, "send_message sends trivially copyable data");
   const auto* bytes = reinterpret_cast<const char*>(&payload);
   std::size_t sent = 0;
-  const std::string what = "send_message on socket " + std::to_string(socket) + " (" +
-                           std::to_string(sizeof(T)) + " bytes";
-  if (pool != nullptr && pool->empty())
-    throw std::invalid_argument(what + "): empty pool_descriptor");
+  if (pool != nullptr && pool->empty()) detail::send_empty_descriptor(socket, sizeof(T));
   while (sent < sizeof(T)) {
     iovec iov{const_cast<char*>(bytes + sent), sizeof(T) - sent};
     msghdr msg{};
@@ -488,7 +525,7 @@ void send_message(int socket, const T& payload, const pool_descriptor* pool = nu
     const ssize_t n = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      detail::throw_socket_error(errno, what + (pool != nullptr ? " and a pool descriptor)" : ")"));
+      detail::send_failed(errno, socket, sizeof(T), pool != nullptr);
     }
     sent += static_cast<std::size_t>(n);
   }
@@ -507,14 +544,12 @@ template <class T>
   auto* bytes = reinterpret_cast<char*>(&payload);
   std::size_t got = 0;
   int fd = -1;
-  const std::string what = "receive_message on socket " + std::to_string(socket) + " (" +
-                           std::to_string(sizeof(T)) + " bytes expected";
   // A datagram or sequenced-packet socket delivers whole messages: a shorter one is an error, not
   // the first part of the payload.
   int type = SOCK_STREAM;
   socklen_t type_size = sizeof type;
   if (::getsockopt(socket, SOL_SOCKET, SO_TYPE, &type, &type_size) != 0)
-    detail::throw_socket_error(errno, what + ")");
+    detail::receive_failed(errno, socket, sizeof(T));
   while (got < sizeof(T)) {
     iovec iov{bytes + got, sizeof(T) - got};
     msghdr msg{};
@@ -528,7 +563,7 @@ template <class T>
       if (errno == EINTR) continue;
       const int error = errno;
       if (fd >= 0) ::close(fd);
-      detail::throw_socket_error(error, what + ")");
+      detail::receive_failed(error, socket, sizeof(T));
     }
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -540,18 +575,15 @@ template <class T>
     const bool short_message = type != SOCK_STREAM && static_cast<std::size_t>(n) < sizeof(T);
     if (n == 0 || (msg.msg_flags & MSG_TRUNC) != 0 || short_message) {
       if (fd >= 0) ::close(fd);
-      throw std::runtime_error(
-          "cuscope: " + what + "): " +
-          (n == 0          ? "the peer closed the socket after " + std::to_string(got) + " bytes"
-           : short_message ? "the message was " + std::to_string(n) + " bytes"
-                           : std::string("the message was longer")));
+      detail::receive_cut(socket, sizeof(T), got, static_cast<std::size_t>(n),
+                          n != 0 && !short_message);
     }
     got += static_cast<std::size_t>(n);
   }
   if (pool == nullptr) {
     if (fd >= 0) ::close(fd);
   } else if (fd < 0) {
-    throw std::runtime_error("cuscope: " + what + "): no pool descriptor came with the message");
+    detail::receive_no_descriptor(socket, sizeof(T));
   } else {
     *pool = pool_descriptor::adopt(fd);
   }

@@ -32,6 +32,7 @@
 
 #include "cuda_stream_ref.hpp"
 #include "detail/adaptor.hpp"
+#include "detail/format.hpp"
 #include "detail/ledger_fwd.hpp"
 #include "device.hpp"
 #include "error.hpp"
@@ -165,8 +166,8 @@ class pool_resource_base {
   [[noreturn]] CUSCOPE_DETAIL_COLD void bad_alignment(std::size_t alignment,
                                                       std::size_t bytes) const {
     throw std::invalid_argument(std::string(Resource::name) + ": alignment " +
-                                std::to_string(alignment) + " for " + std::to_string(bytes) +
-                                " bytes from " + pool_.describe() +
+                                std::to_string(alignment) + " for " +
+                                detail::format_count(bytes, "byte") + " from " + pool_.describe() +
                                 " is not a power of two up to 256, which is all a pool gives");
   }
 
