@@ -29,19 +29,19 @@ wheel_cuda135="nvidia-cuda-runtime==13.5.37"
 wheel_cccl35="nvidia-cuda-cccl==13.3.5.0.6"
 
 # name                         cuda cccl compiler   std real
-# A pairwise covering set: every pair of values of any two axes occurs in some row, so that an
-# interaction of two (CCCL's concept emulation in C++17 against C++20 concepts, CCCL 3.5 with
-# CUDA 12 headers, clang with either CCCL) is caught without building all 24 combinations. The
-# main CI build adds CUDA 13.0, CCCL 3.0, g++, C++17 with sanitizers and nvcc. Which runtime
-# symbols exist depends on the CUDA version alone: the real-runtime tests are linked in one row
-# per version ("real"), and the others build the simulated device only.
+# With the main CI build (the ci preset: CUDA 13.0, CCCL 3.0, g++, C++17, with sanitizers and
+# nvcc) these rows form a pairwise covering set: every pair of values of any two axes occurs in
+# the main build or some row, so that an interaction of two (CCCL's concept emulation in C++17
+# against C++20 concepts, CCCL 3.5 with CUDA 12 headers, clang with either CCCL) is caught
+# without building all 24 combinations. Which runtime symbols exist depends on the CUDA version
+# alone: the real-runtime tests are linked in one row per version ("real"), and the others build
+# the simulated device only.
 matrix="\
-cuda12.9-cccl3.0-gcc-cxx20   12.9 3.0 g++-12     20 -
-cuda12.9-cccl3.5-clang-cxx17 12.9 3.5 clang++-14 17 real
-cuda13.0-cccl3.0-clang-cxx17 13.0 3.0 clang++-14 17 -
-cuda13.0-cccl3.5-gcc-cxx20   13.0 3.5 g++-12     20 real
-cuda13.5-cccl3.0-clang-cxx20 13.5 3.0 clang++-14 20 real
-cuda13.5-cccl3.5-gcc-cxx17   13.5 3.5 g++-12     17 -"
+cuda12.9-cccl3.0-clang-cxx20 12.9 3.0 clang++-14 20 real
+cuda12.9-cccl3.5-gcc-cxx17   12.9 3.5 g++-12     17 -
+cuda13.0-cccl3.5-clang-cxx20 13.0 3.5 clang++-14 20 real
+cuda13.5-cccl3.0-gcc-cxx20   13.5 3.0 g++-12     20 -
+cuda13.5-cccl3.5-clang-cxx17 13.5 3.5 clang++-14 17 real"
 
 say() { printf 'toolchains: %s\n' "$*"; }
 die() {
