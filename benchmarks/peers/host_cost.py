@@ -197,6 +197,8 @@ def time_all(exe, functions, pairs, rounds, work):
         raise SystemExit("host_cost: the timing run %s failed" % " ".join(cmd))
     with open(out) as f:
         return {r["function"]: r for r in json.load(f)["results"] if r["function"] in functions}
+
+
 def commit_info():
     """The last commit that changed what is measured (the headers, the simulated device, the
     benchmark: a commit of results alone does not move it), and whether the checkout differs."""
