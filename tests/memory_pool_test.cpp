@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <array>
 #include <cstddef>
 #include <cuscope/device_buffer.hpp>
 #include <cuscope/memory_pool.hpp>
@@ -10,6 +11,7 @@
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "test_support.hpp"
 
@@ -405,6 +407,76 @@ TEST_CASE("memory_pool_ref: max_bytes() asks the driver", "[memory_pool]") {
   }
 }
 #endif
+
+TEST_CASE("device_list: devices in the order given, within its capacity", "[memory_pool]") {
+  cuscope::device_list none;
+  CHECK(none.empty());
+  CHECK(none.size() == 0);
+  CHECK(none.begin() == none.end());
+
+  cuscope::device_list l = {2, 0, 1};
+  REQUIRE(l.size() == 3);
+  CHECK(l[0] == 2);
+  CHECK(l[1] == 0);
+  CHECK(l[2] == 1);
+  std::vector<int> seen;
+  for (const int d : l)
+    seen.push_back(d);
+  CHECK(seen == std::vector<int>{2, 0, 1});
+  try {
+    (void)l[3];
+    FAIL("index 3 of a list of 3 was read");
+  } catch (const std::out_of_range& e) {
+    CHECK(std::string(e.what()) == "cuscope::device_list: index 3 of a list of 3 devices");
+  }
+
+  // From a range, as a std::vector<int> assigned to pool_options::access_from.
+  const std::vector<int> v{2, 0, 1};
+  pool_options o;
+  o.access_from = v;
+  CHECK(o.access_from == l);
+  o.access_from = std::array<int, 2>{2, 0};
+  CHECK(o.access_from != l);
+  CHECK(o.access_from.size() == 2);
+  o.access_from.push_back(1);
+  CHECK(o.access_from == l);
+  o.access_from.clear();
+  CHECK(o.access_from.empty());
+
+  for (std::size_t i = 0; i < cuscope::device_list::max_size; ++i)
+    o.access_from.push_back(static_cast<int>(i));
+  CHECK(o.access_from.size() == cuscope::device_list::max_size);
+  try {
+    o.access_from.push_back(0);
+    FAIL("a 65th device was added");
+  } catch (const std::length_error& e) {
+    CHECK(std::string(e.what()) ==
+          "cuscope::device_list: more than 64 devices (device_list::max_size)");
+  }
+  CHECK(o.access_from.size() == cuscope::device_list::max_size);
+  std::vector<int> too_many(cuscope::device_list::max_size + 1, 0);
+  CHECK_THROWS_AS(cuscope::device_list(too_many), std::length_error);
+}
+
+TEST_CASE("memory_pool: access_from given as a std::vector<int> grants access", "[memory_pool]") {
+  device_guard device({2});
+  CUSCOPE_TEST_NEEDS_DEVICES(2);
+  int can = 0;
+  REQUIRE(cudaDeviceCanAccessPeer(&can, 1, 0) == cudaSuccess);
+  if (can == 0) {
+    WARN("skipped: device 1 cannot access device 0");
+    return;
+  }
+  pool_options o;
+  o.device = 0;
+  o.access_from = std::vector<int>{1};
+  memory_pool pool(o);
+  CHECK(pool.access(1) == cuscope::access_flags::read_write);
+  pool_options none;
+  none.device = 0;
+  memory_pool plain(none);
+  CHECK(plain.access(1) == cuscope::access_flags::none);
+}
 
 TEST_CASE("memory_pool: a pool on another device leaves the current device alone",
           "[memory_pool]") {

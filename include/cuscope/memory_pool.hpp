@@ -9,12 +9,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "detail/config.hpp"
 #include "detail/format.hpp"
@@ -55,6 +55,78 @@ enum class pool_export {
   /// Through a fabric handle, across nodes of an IMEX domain (cudaMemHandleTypeFabric, CUDA 12.3
   /// headers and newer). Untested here: no machine of this project has an IMEX channel.
   fabric,
+};
+
+namespace detail {
+[[noreturn]] CUSCOPE_DETAIL_COLD inline void device_list_full(std::size_t max_size) {
+  throw std::length_error("cuscope::device_list: more than " + std::to_string(max_size) +
+                          " devices (device_list::max_size)");
+}
+[[noreturn]] CUSCOPE_DETAIL_COLD inline void device_list_index(std::size_t i, std::size_t size) {
+  throw std::out_of_range("cuscope::device_list: index " + std::to_string(i) + " of a list of " +
+                          format_count(size, "device"));
+}
+}  // namespace detail
+
+/// @brief Device ordinals in the order given (pool_options::access_from): a list of fixed
+/// capacity, which keeps <vector> out of the pool headers.
+class device_list {
+ public:
+  /// @brief The most devices a list holds, more than a node has.
+  static constexpr std::size_t max_size = 64;
+
+  /// @brief An empty list.
+  constexpr device_list() noexcept = default;
+  /// @brief devices, in order.
+  /// @throws std::length_error for more than max_size.
+  device_list(std::initializer_list<int> devices) {
+    for (const int d : devices)
+      push_back(d);
+  }
+  /// @brief The elements of a range of device ordinals (a std::vector<int>, a std::array<int, N>).
+  /// @throws std::length_error for more than max_size.
+  template <class Range, class = decltype(static_cast<int>(*std::declval<const Range&>().begin())),
+            class = decltype(std::declval<const Range&>().end())>
+  device_list(const Range& devices) {  // NOLINT(google-explicit-constructor): as a vector's
+    for (const auto& d : devices)
+      push_back(static_cast<int>(d));
+  }
+
+  /// @brief Adds device at the end.
+  /// @throws std::length_error when the list holds max_size devices.
+  void push_back(int device) {
+    if (size_ == max_size) detail::device_list_full(max_size);
+    devices_[size_++] = device;
+  }
+  /// @brief Empties the list.
+  void clear() noexcept { size_ = 0; }
+  /// @brief How many devices it holds.
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// @brief Whether it holds none.
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  /// @brief Where iteration starts: the first device.
+  [[nodiscard]] const int* begin() const noexcept { return devices_; }
+  /// @brief Where iteration ends: past the last device.
+  [[nodiscard]] const int* end() const noexcept { return devices_ + size_; }
+  /// @brief The device at index i.
+  /// @throws std::out_of_range for i >= size().
+  [[nodiscard]] int operator[](std::size_t i) const {
+    if (i >= size_) detail::device_list_index(i, size_);
+    return devices_[i];
+  }
+  /// @brief The same devices in the same order.
+  friend bool operator==(const device_list& a, const device_list& b) noexcept {
+    if (a.size_ != b.size_) return false;
+    for (std::size_t i = 0; i < a.size_; ++i)
+      if (a.devices_[i] != b.devices_[i]) return false;
+    return true;
+  }
+  /// @brief Not the same devices in the same order.
+  friend bool operator!=(const device_list& a, const device_list& b) noexcept { return !(a == b); }
+
+ private:
+  int devices_[max_size] = {};
+  std::size_t size_ = 0;
 };
 
 /// @brief How a memory_pool is made.
@@ -100,7 +172,7 @@ struct pool_options {
   /// @brief Devices besides the pool's own that get read-write access to its memory
   /// (cudaMemPoolSetAccess), so that their kernels and copies may use it; for a
   /// pinned_memory_pool, devices besides options.device.
-  std::vector<int> access_from;
+  device_list access_from;
 };
 
 /// @brief What a device may do with a pool's memory (cudaMemAccessFlags).

@@ -180,6 +180,17 @@ TEST_CASE("a device id below -1", "[docs][misuse]") {
   CHECK_THROWS_WITH(cuscope::event(eo), contains("device -2 is not valid"));
 }
 
+TEST_CASE("more than 64 devices in access_from, or an index past its end", "[docs][misuse]") {
+  cuscope::pool_options po;
+  po.access_from = {1, 2, 3};
+  CHECK_THROWS_AS(po.access_from[3], std::out_of_range);
+  CHECK_THROWS_WITH(po.access_from[3], contains("index 3 of a list of 3 devices"));
+  const std::vector<int> many(65, 1);
+  CHECK_THROWS_AS(po.access_from = many, std::length_error);
+  CHECK_THROWS_WITH(po.access_from = many, contains("cuscope::device_list: more than 64 devices"));
+  CHECK(po.access_from.size() == 3);  // the assignment that threw changed nothing
+}
+
 TEST_CASE("copying into or out of a moved-from device_buffer", "[docs][misuse]") {
   device_guard device;
   cuscope::memory_pool pool;
