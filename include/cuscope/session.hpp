@@ -1283,8 +1283,9 @@ inline auto session::finish_impl(bool may_throw) -> const session_report& {
            report_.reserved_at_finish_bytes = s.reserved_bytes;
        });
   observe(ledger_->observed_used_peak(), ledger_->observed_reserved_peak());
-  report_.leaked_allocations = ledger_->live_allocations();
-  report_.leaked_bytes = ledger_->live_bytes();
+  const auto [count, bytes] = ledger_->live_snapshot();
+  report_.leaked_allocations = count;
+  report_.leaked_bytes = bytes;
   report_.tracked_peak_bytes = ledger_->peak_bytes();
   report_.tracked_peak_upper_bound = !ledger_->peak_exact();
   report_.allocations = ledger_->allocations();

@@ -1182,6 +1182,27 @@ class ledger final : public ledger_access {
     const std::size_t remote = remote_bytes_.load(std::memory_order_acquire);
     return sum(&ledger_stripe::bytes) - remote;
   }
+  /// live_allocations() and live_bytes() as one state, for a report: read again until two
+  /// readings agree with no thread counting here in between (a free on another thread between
+  /// the two reads would otherwise leave the count of one state and the bytes of the next).
+  /// After many tries (threads that never stop counting) the last reading.
+  std::pair<std::size_t, std::size_t> live_snapshot() const noexcept {
+    std::size_t count = live_allocations();
+    std::size_t bytes = live_bytes();
+    for (unsigned tries = 0; tries < 10000; ++tries) {
+      bool counting = remote_ops_.load(std::memory_order_seq_cst) != 0;
+      for (const ledger_stripe* s = stripes_.load(std::memory_order_acquire); s != nullptr;
+           s = s->next)
+        counting = counting || s->in_op.load(std::memory_order_seq_cst) != 0;
+      const std::size_t count_again = live_allocations();
+      const std::size_t bytes_again = live_bytes();
+      if (!counting && count_again == count && bytes_again == bytes) break;
+      count = count_again;
+      bytes = bytes_again;
+      spin_pause(tries);
+    }
+    return {count, bytes};
+  }
   std::size_t live_allocations() const noexcept {
     const std::size_t remote = remote_count_.load(std::memory_order_acquire) +
                                remote_nested_count_.load(std::memory_order_acquire);
