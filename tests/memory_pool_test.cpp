@@ -458,26 +458,6 @@ TEST_CASE("device_list: devices in the order given, within its capacity", "[memo
   CHECK_THROWS_AS(cuscope::device_list(too_many), std::length_error);
 }
 
-TEST_CASE("memory_pool: access_from given as a std::vector<int> grants access", "[memory_pool]") {
-  device_guard device({2});
-  CUSCOPE_TEST_NEEDS_DEVICES(2);
-  int can = 0;
-  REQUIRE(cudaDeviceCanAccessPeer(&can, 1, 0) == cudaSuccess);
-  if (can == 0) {
-    WARN("skipped: device 1 cannot access device 0");
-    return;
-  }
-  pool_options o;
-  o.device = 0;
-  o.access_from = std::vector<int>{1};
-  memory_pool pool(o);
-  CHECK(pool.access(1) == cuscope::access_flags::read_write);
-  pool_options none;
-  none.device = 0;
-  memory_pool plain(none);
-  CHECK(plain.access(1) == cuscope::access_flags::none);
-}
-
 TEST_CASE("memory_pool: a pool on another device leaves the current device alone",
           "[memory_pool]") {
   device_guard device({2});
