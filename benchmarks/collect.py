@@ -122,10 +122,18 @@ def gather_meta(a):
         return meta
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     commit = a.commit or run(["git", "-C", root, "rev-parse", "HEAD"])
-    meta["commit"] = commit or "unknown (no git checkout here: pass --commit)"
     if not a.commit and commit:
         dirty = run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"])
         meta["worktree_modified"] = bool(dirty)
+    if not commit:
+        # The device machine gets the working tree without .git: scripts/gpu-prepare.sh wrote the
+        # commit into .deps/, which travels when the call carries it.
+        recorded = os.path.join(root, ".deps", "commit.txt")
+        if os.path.exists(recorded):
+            with open(recorded) as f:
+                commit = f.readline().strip()
+    meta["commit"] = commit or ("unknown (no git checkout here and no .deps/commit.txt: carry "
+                                ".deps, or pass --commit)")
     meta["hostname"] = platform.node()
     meta["kernel"] = platform.release()
     meta["cpu"] = cpu_model()
@@ -248,14 +256,18 @@ def report(a):
                     for b in benchmarks.values())
     quick = any(b.get("quick") for b in benchmarks.values())
     doc = {"schema": "cuscope-results/1", "meta": meta, "simulated": simulated, "quick": quick,
-           "steps": steps, "headline": headline, "benchmarks": benchmarks,
-           "other_files": foreign}
+           "unfinished": bool(a.unfinished), "steps": steps, "headline": headline,
+           "benchmarks": benchmarks, "other_files": foreign}
     with open(a.out_json, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
 
     gpu = meta.get("gpu") or "no GPU"
     lines = ["# cuscope benchmarks: %s, %s" % (meta.get("date_utc", "")[:10], gpu), ""]
+    if a.unfinished:
+        lines += ["> **Written while the run went on** (after step %s). If this is the last version "
+                  "that came back, the run stopped there: the steps below are those that ended." %
+                  a.unfinished, ""]
     if simulated or quick:
         lines += ["> **Not a result.** %s Do not commit this file under benchmarks/results/." % (
             ("Run on the simulated device: the timings measure the simulation."
@@ -349,6 +361,8 @@ def main():
     r.add_argument("--end", help="meta --clocks-only file written after the benchmarks")
     r.add_argument("--out-json", required=True)
     r.add_argument("--out-md", required=True)
+    r.add_argument("--unfinished", metavar="STEP",
+                   help="the run goes on: this report is written after STEP, and says so")
     a = p.parse_args()
     if a.command == "meta":
         meta = gather_meta(a)

@@ -5,11 +5,13 @@
 # log, every benchmark's own JSON) into the output directory: benchmarks/results/ by default.
 # Needs no network. Each step has a time limit and the whole run a deadline (default 570 s), so
 # that it fits one 10-minute command; a step that fails or times out is reported, the others still
-# run, and the exit code is 1.
+# run, and the exit code is 1. The report and the logs are written again after every benchmark,
+# marked unfinished until the end, so that a command stopped at its limit still returns them.
 #
 #   benchmarks/run_gpu.sh [options] [OUTDIR]
 #     --out DIR        where the results go (default: benchmarks/results)
-#     --commit HASH    the commit measured (default: git rev-parse HEAD, when .git is here)
+#     --commit HASH    the commit measured (default: git rev-parse HEAD when .git is here, else
+#                      .deps/commit.txt, written by scripts/gpu-prepare.sh)
 #     --quick          tiny sizes and counts: a smoke run (its files are not results)
 #     --sim            rehearse the whole pipeline on the simulated device, without a GPU
 #                      (builds the *_sim programs; its files are not results either)
@@ -102,6 +104,18 @@ absent() {  # absent NAME WHY: a step that has nothing to run here
 }
 
 stem=""
+# After every step, once the run knows its machine: the report so far and the logs.
+# shellcheck disable=SC2317  # invoked by steps.sh
+after_step() {
+  [ -n "$stem" ] && [ -f "$work/meta.json" ] || return 0
+  local last
+  last="$(tail -n 1 "$steps" | cut -f1)"
+  "$python" "$root/benchmarks/collect.py" report --meta "$work/meta.json" --raw "$raw" \
+    --steps "$steps" --out-json "$out/$stem.json" --out-md "$out/$stem.md" \
+    --unfinished "$last" >>"$logs/collect.log" 2>&1
+  tar -czf "$out/$stem-logs.tar.gz" -C "$work" logs raw 2>/dev/null
+}
+
 # shellcheck disable=SC2317  # invoked by the EXIT trap
 finish() {
   local rc=$?

@@ -101,7 +101,8 @@ echo
 echo 'carry: [".deps"]'
 # $OUT is the device machine's, expanded there.
 cat <<'CALLS'
-calls (docs/gpu-checklist.md):
-  run(command="bash scripts/gpu-run.sh tests \"$OUT\"", carry=[".deps"], timeout_s=600)
-  run(command="bash scripts/gpu-run.sh bench \"$OUT\"", carry=[".deps"], timeout_s=600)
+calls (docs/gpu-checklist.md), .deps carried on every one; LEFT is status's budget_left_s read
+just before the call:
+  run(command="bash scripts/gpu-run.sh tests \"$OUT\" --device-left LEFT", carry=[".deps"], timeout_s=600)
+  run(command="bash scripts/gpu-run.sh bench \"$OUT\" --device-left LEFT", carry=[".deps"], timeout_s=600)
 CALLS

@@ -7,12 +7,14 @@
 # most 8 files, as the tool brings back. docs/gpu-checklist.md says how to call it and what to
 # do with the results. Prepare with scripts/gpu-prepare.sh on the development machine.
 #
-#   scripts/gpu-run.sh tests OUT [options]   4 to 9.5 minutes on an H200 machine
-#     configure (the gpu preset's settings, Catch2 from .deps/), build the gpu tests, ctest -L gpu,
-#     the driver probe (driver_probe against driver_probe_sim), compute-sanitizer (memcheck on
+#   scripts/gpu-run.sh tests OUT [options]   4 to 9.5 minutes on an H100 or H200 machine
+#     configure (the gpu preset's settings, -lineinfo, Catch2 from .deps/), build the gpu tests,
+#     ctest -L gpu, the driver probe (driver_probe against driver_probe_sim, then the risky
+#     questions of driver_probe --risky in processes of their own), compute-sanitizer (memcheck on
 #     the kernels and on the API tests, racecheck and synccheck on the kernels), then the
 #     simulated-device tests if time is left. Writes gpu-tests-summary.txt, gpu-tests-junit.xml,
-#     sim-tests-junit.xml, driver-probe.txt and gpu-tests-logs.tar.gz.
+#     sim-tests-junit.xml, driver-probe.txt and gpu-tests-logs.tar.gz, the summary and the logs
+#     again after every step, so that a command stopped at its limit still returns them.
 #   scripts/gpu-run.sh bench OUT [options]   about 9.5 minutes
 #     benchmarks/run_gpu.sh --out OUT: <date>-<gpu>.{json,md,svg,png} and -logs.tar.gz.
 #   scripts/gpu-run.sh all OUT [options]     tests, then bench (more than one 10-minute command)
@@ -20,6 +22,10 @@
 #   --no-gpu          rehearse without a GPU: the gpu tests report Skipped, the sanitizers and the
 #                     GPU half of the probe are left out, bench runs run_gpu.sh --sim --quick
 #   --deadline S      seconds for each mode (default 560: the tool allows 600 per command)
+#   --device-left S   the device time left (the tool's budget_left_s, read just before the call):
+#                     the deadline is cut to fit it, less 60 s for the transfers and the give-back,
+#                     and less 120 s more on a fresh machine, whose start the lease already paid
+#   --gpu-test-timeout S  seconds ctest gives each gpu test (default 90; CMake's default is 600)
 #   --build-dir DIR   build tree for the tests (default build/gpu-run; bench uses build/bench)
 #   --catch2-dir DIR  Catch2's CMake package (default: the one gpu-prepare.sh put under .deps/)
 #   --jobs N          parallel build jobs (default: all processors)
@@ -31,6 +37,8 @@ mode=""
 out=""
 no_gpu=0
 deadline_s=560
+device_left_s=""
+gpu_test_timeout=90
 build=""
 catch2_dir=""
 jobs="$(nproc 2>/dev/null || echo 4)"
@@ -44,11 +52,13 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --no-gpu) no_gpu=1; shift ;;
     --deadline) deadline_s="${2:?--deadline needs seconds}"; shift 2 ;;
+    --device-left) device_left_s="${2:?--device-left needs seconds}"; shift 2 ;;
+    --gpu-test-timeout) gpu_test_timeout="${2:?--gpu-test-timeout needs seconds}"; shift 2 ;;
     --build-dir) build="${2:?--build-dir needs a directory}"; shift 2 ;;
     --catch2-dir) catch2_dir="${2:?--catch2-dir needs a directory}"; shift 2 ;;
     --jobs) jobs="${2:?--jobs needs a number}"; shift 2 ;;
     --cmake-arg) extra_cmake+=("${2:?--cmake-arg needs an argument}"); shift 2 ;;
-    -h | --help) sed -n '3,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '3,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option $1 (see --help)" ;;
     *)
       if [ -z "$mode" ]; then mode="$1"
@@ -66,6 +76,23 @@ mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 [ -n "$build" ] || build="$root/build/gpu-run"
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
+for n in "$deadline_s" "$gpu_test_timeout" ${device_left_s:+"$device_left_s"}; do
+  [[ "$n" =~ ^[0-9]+$ ]] || die "seconds must be a whole number, not '$n'"
+done
+
+# The device time left decides the deadline. A machine that ran this script before (the marker in
+# the build tree survives between calls while it stays warm) cost no start; a fresh one did.
+warm_marker="$build/.gpu-run-machine"
+if [ -n "$device_left_s" ]; then
+  fits=$((device_left_s - 60))
+  [ -f "$warm_marker" ] || fits=$((fits - 120))
+  if [ "$fits" -lt "$deadline_s" ]; then
+    deadline_s="$fits"
+    echo "-- deadline cut to ${deadline_s}s: ${device_left_s}s of device time left"
+  fi
+  [ "$deadline_s" -ge 60 ] || die "too little device time left (${device_left_s}s) for a run"
+fi
+mkdir -p "$build" && date -u +%Y-%m-%dT%H:%M:%SZ >"$warm_marker"
 
 cd "$root"
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
@@ -140,11 +167,18 @@ run_tests() {
     c++ --version | head -n 1
     command -v ninja >/dev/null 2>&1 && echo "ninja $(ninja --version)"
     echo "compute-sanitizer: ${sanitizer:-not found}"
+    [ -z "$sanitizer" ] || "$sanitizer" --version | grep -i version
+    python3 --version
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 |
+      tail -n 1
+    python3 -c 'import cupy; print("cupy", cupy.__version__)' 2>&1 | tail -n 1
   } >"$logs/machine.log" 2>&1 || true
 
+  # -lineinfo: compute-sanitizer's reports name the source line of a kernel's access.
   local args=(-S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCUSCOPE_REAL_RUNTIME=ON
     -DCMAKE_CUDA_ARCHITECTURES=90 -DCUSCOPE_WARNINGS_AS_ERRORS=OFF -DCUSCOPE_SANITIZE=OFF
-    -DCUSCOPE_TEST_PTDS=OFF -DCUSCOPE_BUILD_BENCHMARKS=OFF -DCUSCOPE_FORMAT_CHECK=OFF)
+    -DCUSCOPE_TEST_PTDS=OFF -DCUSCOPE_BUILD_BENCHMARKS=OFF -DCUSCOPE_FORMAT_CHECK=OFF
+    -DCMAKE_CUDA_FLAGS=-lineinfo "-DCUSCOPE_GPU_TEST_TIMEOUT=$gpu_test_timeout")
   [ -z "$cat2" ] || args+=("-DCatch2_DIR=$cat2")
   if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then args+=(-G Ninja); fi
   step configure 150 cmake "${args[@]}" "${extra_cmake[@]}"
@@ -155,28 +189,28 @@ run_tests() {
   local keep_going=(-k)
   grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja' "$build/CMakeCache.txt" && keep_going=(-k 0)
 
-  # What needs the GPU first: the gpu tests, the example run as one, and the probe.
-  local targets=(training_loop driver_probe driver_probe_sim) src name
-  for src in "$root"/tests/*_test.cpp "$root"/tests/*_test.cu "$root"/sim/tests/sim_*_test.cpp; do
-    [ -e "$src" ] || continue
-    name="$(basename "$src")"
-    targets+=("${name%.*}_gpu")
-  done
-  step build-gpu 300 cmake --build "$build" -j "$jobs" --target "${targets[@]}" -- "${keep_going[@]}"
+  # What needs the GPU first: every program a gpu test runs (the examples run as tests too), the
+  # example the sanitizers run, and the probe.
+  step build-gpu 300 cmake --build "$build" -j "$jobs" --target cuscope_gpu_tests training_loop \
+    driver_probe driver_probe_sim -- "${keep_going[@]}"
   # Verbose: the log keeps every test's output, the warnings of skipped test cases too (the gpu
   # tests run one at a time, so their outputs do not interleave).
   step ctest-gpu 240 ctest --test-dir "$build" -L gpu -j "$jobs" --verbose \
     --stop-time "$(stop_time 240)" --output-junit "$out/gpu-tests-junit.xml"
 
   # The driver's answers next to the simulation's (docs/gpu-checklist.md, "The driver probe").
+  # The risky questions (a double free, say) run last, each answer in a process of its own, so
+  # that one that aborts costs only itself.
   local probe_gpu="$build/tests/driver_probe" probe_sim="$build/tests/driver_probe_sim"
   step probe-sim 30 "$probe_sim"
+  step probe-sim-risky 30 "$probe_sim" --risky
   if [ "$no_gpu" = 1 ]; then
     note probe-gpu skipped "--no-gpu"
   else
     step probe-gpu 60 "$probe_gpu"
+    step probe-gpu-risky 30 "$probe_gpu" --risky
   fi
-  compare_probe "$logs/probe-gpu.log" "$logs/probe-sim.log" >"$out/driver-probe.txt" 2>&1 || true
+  write_probe_comparison
 
   run_sanitizers
 
@@ -186,28 +220,18 @@ run_tests() {
     --output-on-failure --stop-time "$(stop_time 120)" --output-junit "$out/sim-tests-junit.xml"
 }
 
-# compare_probe GPU SIM: one line per key, the two answers, and whether they differ.
+write_probe_comparison() {
+  {
+    compare_probe "$logs/probe-gpu.log" "$logs/probe-sim.log" "driver_probe"
+    compare_probe "$logs/probe-gpu-risky.log" "$logs/probe-sim-risky.log" "driver_probe --risky"
+  } >"$out/driver-probe.txt" 2>&1 || true
+}
+
+# compare_probe GPU SIM WHAT: one line per key, the two answers, and whether they differ. A GPU run
+# that stopped early (it crashed, or ran out of time) is compared as far as it went and marked
+# incomplete: the keys it never printed are listed as unanswered.
 compare_probe() {
-  local gpu="$1" sim="$2"
-  if [ ! -s "$gpu" ] || ! grep -q '^# driver_probe: done' "$gpu"; then
-    echo "driver probe: no complete GPU answers (see logs/probe-gpu.log); the simulation's:"
-    grep -v '^\$ ' "$sim" 2>/dev/null || true
-    return 0
-  fi
-  awk '
-    function key(line) { return substr(line, 1, index(line, ": ") - 1) }
-    function value(line) { return substr(line, index(line, ": ") + 2) }
-    /^\$ / || /^#/ || index($0, ": ") == 0 { next }
-    FNR == NR { sim[key($0)] = value($0); next }
-    {
-      k = key($0); g = value($0)
-      if (k ~ /^info\./) { printf "%-58s %s\n", k, g; next }
-      s = (k in sim) ? sim[k] : "(absent)"
-      if (s == g) { same++; printf "%-58s same: %s\n", k, g }
-      else { diff++; printf "%-58s DIFFERENT: gpu %s | simulation %s\n", k, g, s }
-    }
-    END { printf "driver probe: %d answers as simulated, %d different\n", same, diff }
-  ' "$sim" "$gpu"
+  bash "$root/scripts/compare_probe.sh" "$1" "$2" "$3"
 }
 
 run_sanitizers() {
@@ -232,8 +256,11 @@ run_sanitizers() {
   fi
   step memcheck-batch_kernels 150 "${cs[@]}" --tool memcheck --leak-check full \
     "$t/batch_kernels_test_gpu"
-  step racecheck-batch_kernels 60 "${cs[@]}" --tool racecheck "$t/batch_kernels_test_gpu" "$few"
-  step synccheck-batch_kernels 60 "${cs[@]}" --tool synccheck "$t/batch_kernels_test_gpu" "$few"
+  # -w NoTests: Catch2 fails, rather than passing, when the name selects no test case.
+  step racecheck-batch_kernels 60 "${cs[@]}" --tool racecheck "$t/batch_kernels_test_gpu" \
+    -w NoTests "$few"
+  step synccheck-batch_kernels 60 "${cs[@]}" --tool synccheck "$t/batch_kernels_test_gpu" \
+    -w NoTests "$few"
   step memcheck-thrust 90 "${cs[@]}" --tool memcheck --leak-check full "$t/thrust_test_gpu"
   local api
   for api in session memory_pool device_buffer sim/sim_memory sim/sim_pools; do
@@ -260,11 +287,18 @@ run_bench() {
 }
 
 # Summary ---------------------------------------------------------------------------------------------
-# shellcheck disable=SC2317  # invoked by the EXIT trap
+# summarize [STEP]: with STEP, the run goes on and this is written after STEP.
+# shellcheck disable=SC2317  # invoked by the EXIT trap and after_step
 summarize() {
   local f
   echo "== gpu-run.sh $mode: commit ${commit:-unknown}, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  if [ -n "${1:-}" ]; then
+    echo "== WRITTEN WHILE THE RUN WENT ON, after step $1: if this is the last version that came"
+    echo "   back, the run stopped there (see gpu-tests-logs.tar.gz for the logs so far)"
+  fi
   grep -m1 '^GPU ' "$logs/machine.log" 2>/dev/null || true
+  grep -E '^(Cuda compilation tools|compute-sanitizer|.*[Vv]ersion [0-9]|Python|torch|cupy)' \
+    "$logs/machine.log" 2>/dev/null || true
   echo "== steps (name, status, seconds, detail)"
   column -t -s $'\t' "$steps" 2>/dev/null || cat "$steps"
   for f in ctest-gpu ctest-sim; do
@@ -290,6 +324,16 @@ summarize() {
     echo "-- $f.log"
     tail -n 15 "$logs/$f.log" 2>/dev/null | cut -c1-200
   done
+}
+
+# The summary and the logs so far, after every step of the tests (in bench mode run_gpu.sh writes
+# its own).
+# shellcheck disable=SC2317  # invoked by steps.sh
+after_step() {
+  [ "$mode" != bench ] || return 0
+  summarize "$(tail -n 1 "$steps" | cut -f1)" >"$out/gpu-tests-summary.txt" 2>&1
+  cp "$steps" "$logs/steps.tsv"
+  tar -czf "$out/gpu-tests-logs.tar.gz" -C "$work" logs 2>/dev/null
 }
 
 # shellcheck disable=SC2317  # invoked by the EXIT trap

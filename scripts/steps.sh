@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Shared by scripts/gpu-run.sh and benchmarks/run_gpu.sh, which source it after setting logs,
-# steps, deadline_at, reserve_s and failed.
+# steps, deadline_at, reserve_s and failed. A sourcing script that defines after_step has it called
+# after every step, to write its results so far: a command stopped at its limit still returns them.
 # shellcheck disable=SC2154,SC2034  # the variables above are the sourcing script's
 
 # step NAME LIMIT COMMAND...: runs COMMAND with its output in $logs/NAME.log, within LIMIT seconds
@@ -17,6 +18,7 @@ step() {
     printf '%s\t%s\t\t%s\n' "$name" "skipped" "no time left before the deadline" >>"$steps"
     echo "-- $name: skipped, no time left before the deadline"
     failed=1
+    call_after_step
     return 0
   fi
   [ "$limit" -le "$remaining" ] || limit="$remaining"
@@ -50,6 +52,14 @@ step() {
   else
     echo "   ${status^^} (${detail}); the end of $name.log:" >&2
     tail -n 25 "$log" | sed 's/^/   | /' >&2
+  fi
+  call_after_step
+  return 0
+}
+
+call_after_step() {
+  if declare -F after_step >/dev/null; then
+    after_step || echo "-- writing the results so far failed (after_step)" >&2
   fi
   return 0
 }
