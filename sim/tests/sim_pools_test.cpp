@@ -505,6 +505,29 @@ TEST_CASE("sim: destroying a pool with live allocations releases its memory afte
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
 }
 
+TEST_CASE("sim: cudaMemPoolCreate refuses a device that does not exist with cudaErrorInvalidValue",
+          "[sim]") {
+  device_guard device;
+  int count = 0;
+  REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
+  for (const int id : {count, 9999, -1}) {
+    INFO("location.id " << id);
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = id;
+    cudaMemPool_t pool = nullptr;
+    const cudaError_t e = cudaMemPoolCreate(&pool, &props);
+    // The reference lists cudaErrorInvalidValue; a GPU's code is asked by the driver probe.
+    if (cuscope::test::simulated) {
+      CHECK(e == cudaErrorInvalidValue);
+    } else {
+      CHECK(e != cudaSuccess);
+    }
+    CHECK(cudaGetLastError() == e);
+  }
+}
+
 TEST_CASE("sim: the default pool cannot be destroyed", "[sim]") {
   device_guard device;
   cudaMemPool_t pool = nullptr;
@@ -661,6 +684,36 @@ TEST_CASE("sim: memory freed on one stream is reused on another only in stream o
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   REQUIRE(cudaStreamDestroy(a) == cudaSuccess);
   REQUIRE(cudaStreamDestroy(b) == cudaSuccess);
+  REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
+TEST_CASE(
+    "sim: a query or a blocking copy does not apply the release threshold; synchronizing any "
+    "stream of the device does",
+    "[sim]") {
+  device_guard device;
+  cudaMemPool_t pool = make_pool();
+  cudaStream_t a = make_stream();
+  cudaStream_t unrelated = make_stream();
+  void* target = nullptr;
+  REQUIRE(cudaMalloc(&target, 4096) == cudaSuccess);
+  set_threshold(pool, std::numeric_limits<std::uint64_t>::max());
+  void* p = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&p, 32 * MiB, pool, a) == cudaSuccess);
+  REQUIRE(cudaFreeAsync(p, a) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(a) == cudaSuccess);
+  set_threshold(pool, 0);
+  CHECK(cudaStreamQuery(a) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 32 * MiB);
+  unsigned char bytes[4096] = {};
+  REQUIRE(cudaMemcpy(target, bytes, sizeof bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 32 * MiB);
+  // A stream that never touched the pool: its synchronization releases all the same.
+  REQUIRE(cudaStreamSynchronize(unrelated) == cudaSuccess);
+  CHECK(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent) == 0);
+  REQUIRE(cudaFree(target) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(unrelated) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(a) == cudaSuccess);
   REQUIRE(cudaMemPoolDestroy(pool) == cudaSuccess);
 }
 
