@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cuscope/detail/ledger.hpp>
 #include <cuscope/memory_pool.hpp>
@@ -52,6 +53,47 @@ std::size_t device_free() {
 void set_flag(void* flag) {
   *static_cast<bool*>(flag) = true;
 }
+
+// A thread that runs one job at a time, and run() returns once the job is done: a test puts
+// another thread's allocations and frees at exact points of its own thread's work.
+class worker {
+ public:
+  worker() : thread_([this] { loop(); }) {}
+  worker(const worker&) = delete;
+  worker& operator=(const worker&) = delete;
+  ~worker() {
+    run(nullptr);  // stops it
+    thread_.join();
+  }
+
+  void run(std::function<void()> job) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    job_ = std::move(job);
+    pending_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return !pending_; });
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] { return pending_; });
+      const bool stop = !job_;
+      if (!stop) job_();
+      job_ = nullptr;
+      pending_ = false;
+      changed_.notify_all();
+      if (stop) return;
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::function<void()> job_;
+  bool pending_ = false;
+  std::thread thread_;  // last: it starts once the rest is made
+};
 
 }  // namespace
 
@@ -1309,6 +1351,222 @@ TEST_CASE(
     CHECK(r.allocations == 64);
     CHECK(r.frees + r.leaked_allocations == 64);
     CHECK(r.leaked_bytes == r.leaked_allocations * 256);
+  }
+  s.synchronize();
+  CHECK(pool.stats().used_bytes == 0);
+}
+
+// live_snapshot() calls its pause between its steps: there, other threads' operations land at
+// the exact points where a reader that checked for counting in progress, and then read the totals
+// twice, took the count of one state and the bytes of another (a free between the count and the
+// bytes, and a free and an allocation of the same size between a check and the next reading).
+TEST_CASE(
+    "ledger: live_snapshot takes no counts across a free and a same-size allocation on the "
+    "thread that counts",
+    "[session][ledger]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.name = "interleaved";
+  o.on_leak = leak_policy::ignore;
+  {
+    session work(pool, s, o);
+    worker other;
+    std::vector<device_buffer<char>> made;
+    other.run([&] {
+      for (int i = 0; i < 8; ++i)
+        made.push_back(work.make_buffer<char>(256));
+    });
+    int calls = 0;
+    const auto [count, bytes] = cuscope::detail::accounting_of(work)->live_snapshot([&] {
+      switch (calls++) {
+        case 0:
+        case 2:
+          other.run([&] { made.pop_back(); });
+          break;
+        case 1:
+          other.run([&] { made.push_back(work.make_buffer<char>(256)); });
+          break;
+        default:
+          break;
+      }
+    });
+    CHECK(calls > 3);
+    CHECK(count == 7);
+    CHECK(bytes == 7 * 256);
+    other.run([&] { made.clear(); });
+  }
+  s.synchronize();
+  CHECK(pool.stats().used_bytes == 0);
+}
+
+TEST_CASE(
+    "ledger: live_snapshot takes no counts across frees on another thread and an allocation of "
+    "the same size",
+    "[session][ledger]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.name = "freed elsewhere";
+  o.on_leak = leak_policy::ignore;
+  {
+    session work(pool, s, o);
+    worker other;
+    std::vector<device_buffer<char>> made;
+    for (int i = 0; i < 8; ++i)
+      made.push_back(work.make_buffer<char>(256));
+    int calls = 0;
+    const auto [count, bytes] = cuscope::detail::accounting_of(work)->live_snapshot([&] {
+      switch (calls++) {
+        case 0:
+        case 2:
+          other.run([&] { made.pop_back(); });  // not the thread that made it
+          break;
+        case 1:
+          made.push_back(work.make_buffer<char>(256));
+          break;
+        default:
+          break;
+      }
+    });
+    CHECK(calls > 3);
+    CHECK(count == 7);
+    CHECK(bytes == 7 * 256);
+    // A free on another thread alone, between the count and the bytes.
+    calls = 0;
+    const auto [count_after, bytes_after] =
+        cuscope::detail::accounting_of(work)->live_snapshot([&] {
+          if (calls++ == 1) other.run([&] { made.pop_back(); });
+        });
+    CHECK(calls > 3);
+    CHECK(count_after == 6);
+    CHECK(bytes_after == 6 * 256);
+  }
+  s.synchronize();
+  CHECK(pool.stats().used_bytes == 0);
+}
+
+TEST_CASE(
+    "ledger: live_snapshot of a parent takes no counts across a nested session's free and "
+    "allocation",
+    "[session][ledger]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.name = "parent";
+  o.on_leak = leak_policy::ignore;
+  {
+    session work(pool, s, o);
+    session_options n;
+    n.name = "nested";
+    n.on_leak = leak_policy::ignore;
+    session inner(work, n);
+    worker other;
+    std::vector<device_buffer<char>> made;
+    other.run([&] {
+      for (int i = 0; i < 8; ++i)
+        made.push_back(inner.make_buffer<char>(256));
+    });
+    int calls = 0;
+    const auto [count, bytes] = cuscope::detail::accounting_of(work)->live_snapshot([&] {
+      switch (calls++) {
+        case 0:
+        case 2:
+          other.run([&] { made.pop_back(); });
+          break;
+        case 1:
+          other.run([&] { made.push_back(inner.make_buffer<char>(256)); });
+          break;
+        default:
+          break;
+      }
+    });
+    CHECK(calls > 3);
+    CHECK(count == 7);
+    CHECK(bytes == 7 * 256);
+    // Freed on this thread, not the one that made them: the parent's counts change through
+    // its shared ones.
+    calls = 0;
+    const auto [count_after, bytes_after] =
+        cuscope::detail::accounting_of(work)->live_snapshot([&] {
+          switch (calls++) {
+            case 0:
+            case 2:
+              made.pop_back();
+              break;
+            case 1:
+              other.run([&] { made.push_back(inner.make_buffer<char>(256)); });
+              break;
+            default:
+              break;
+          }
+        });
+    CHECK(calls > 3);
+    CHECK(count_after == 6);
+    CHECK(bytes_after == 6 * 256);
+    made.clear();
+  }
+  s.synchronize();
+  CHECK(pool.stats().used_bytes == 0);
+}
+
+TEST_CASE("ledger: live_snapshot takes no counts across a thread's first allocation in the session",
+          "[session][ledger]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.name = "joined";
+  o.on_leak = leak_policy::ignore;
+  {
+    session work(pool, s, o);
+    worker other;
+    std::vector<device_buffer<char>> made;
+    for (int i = 0; i < 8; ++i)
+      made.push_back(work.make_buffer<char>(256));
+    int calls = 0;
+    const auto [count, bytes] = cuscope::detail::accounting_of(work)->live_snapshot([&] {
+      // Between the count and the bytes: the thread counts here for the first time.
+      if (calls++ == 1) other.run([&] { made.push_back(work.make_buffer<char>(256)); });
+    });
+    CHECK(calls > 3);
+    CHECK(count == 9);
+    CHECK(bytes == 9 * 256);
+    other.run([&] { made.clear(); });
+  }
+  s.synchronize();
+  CHECK(pool.stats().used_bytes == 0);
+}
+
+TEST_CASE(
+    "ledger: live_snapshot gives up after snapshot_tries tries, with its last reading, while a "
+    "thread never stops counting",
+    "[session][ledger]") {
+  device_guard device;
+  memory_pool pool;
+  stream s;
+  session_options o;
+  o.name = "busy";
+  o.on_leak = leak_policy::ignore;
+  {
+    session work(pool, s, o);
+    std::vector<device_buffer<char>> made;
+    for (int i = 0; i < 8; ++i)
+      made.push_back(work.make_buffer<char>(256));
+    unsigned calls = 0;
+    const auto [count, bytes] = cuscope::detail::accounting_of(work)->live_snapshot([&] {
+      if (calls++ % 2 == 0)
+        made.pop_back();
+      else
+        made.push_back(work.make_buffer<char>(256));
+    });
+    CHECK(calls == 3 * cuscope::detail::ledger::snapshot_tries);
+    // The last try read the count after an allocation and the bytes after the next free.
+    CHECK(count == 8);
+    CHECK(bytes == 7 * 256);
   }
   s.synchronize();
   CHECK(pool.stats().used_bytes == 0);

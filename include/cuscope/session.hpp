@@ -82,8 +82,10 @@ struct session_report {
   /// counted on several threads and no budget (here or above) counted them together, so it is
   /// the sum of each thread's own peak.
   bool tracked_peak_upper_bound = false;
-  std::size_t leaked_allocations = 0;  ///< Allocations counted by the session live at the end.
-  std::size_t leaked_bytes = 0;        ///< Their bytes.
+  /// @brief Allocations counted by the session live at the end. Read with leaked_bytes as one
+  /// state while other threads allocate and free (each operation in both figures or in neither).
+  std::size_t leaked_allocations = 0;
+  std::size_t leaked_bytes = 0;  ///< Their bytes.
   // Counters, from the session's start to its end, of what was allocated through it and through
   // the sessions nested in it (make_buffer, allocate, adaptors, batches).
   std::size_t allocations = 0;      ///< Allocations made.

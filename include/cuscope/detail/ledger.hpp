@@ -119,7 +119,7 @@ inline const thread_identity& this_thread_identity() noexcept {
 /// once), which lets a thread count its own allocations without a locked instruction: the rare
 /// side (a session's end) pays for the synchronization instead. Otherwise (another system, a
 /// kernel or sandbox without it, ThreadSanitizer, or CUSCOPE_NO_MEMBARRIER set to 1 in the
-/// environment) both sides use sequentially consistent atomics.
+/// environment) both sides use sequentially consistent fences and atomics.
 inline bool asymmetric_fences() noexcept {
 #if CUSCOPE_DETAIL_TSAN || !defined(__linux__) || !defined(__NR_membarrier)
   return false;
@@ -239,7 +239,10 @@ struct alignas(64) ledger_stripe {
   static constexpr unsigned first_chunk_bits = 5;
   static constexpr unsigned max_chunks = 27;
 
-  std::atomic<unsigned> in_op{0};  // 1 while its thread counts (see ledger::end)
+  // Its thread's changes to the counts below, each counted at its start and at its end
+  // (a seqlock): odd while one is in progress. ledger::end() waits for it to be even;
+  // ledger::live_snapshot() reads the counts between two readings of it that agree.
+  std::atomic<std::size_t> seq{0};
   // Counted by its thread: what it allocated, less what it freed of that itself.
   std::atomic<std::size_t> bytes{0};  // live bytes, this ledger's and nested ones'
   std::atomic<std::size_t> peak{0};   // the most of bytes at once
@@ -263,6 +266,22 @@ struct alignas(64) ledger_stripe {
   thread_token* token;            // whether its thread runs; under the ledger's lock
   ledger_stripe* next = nullptr;  // in the ledger's list
   std::atomic<ledger_record*> chunks[max_chunks] = {};
+
+  // Its thread's: brackets a change to the counts (begin_write() returns what end_write() is
+  // given). Only its thread writes seq, so a load and a store do where an atomic read-modify-write
+  // would take a locked instruction. The release fence orders the odd value before the counts'
+  // stores for a reader: one that reads any of them (then an acquire fence) reads this odd value,
+  // or a later one, when it reads seq again. end_write() stores the even value with release: a
+  // reader that reads it (with acquire) reads every count stored before it.
+  CUSCOPE_DETAIL_HOT_INLINE std::size_t begin_write() noexcept {
+    const std::size_t odd = seq.load(std::memory_order_relaxed) + 1;
+    seq.store(odd, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    return odd;
+  }
+  CUSCOPE_DETAIL_HOT_INLINE void end_write(std::size_t odd) noexcept {
+    seq.store(odd + 1, std::memory_order_release);
+  }
 
   bool owned_by(const thread_identity& me) const noexcept {
     return owner.load(std::memory_order_relaxed) == me.number &&
@@ -678,6 +697,11 @@ CUSCOPE_DETAIL_NOINLINE inline std::uint64_t next_ledger_id(const void*& source)
   return next.fetch_add(1, std::memory_order_relaxed);
 }
 
+/// ledger::live_snapshot()'s default: nothing between its steps.
+struct no_pause {
+  void operator()() const noexcept {}
+};
+
 /// Live allocations and bytes charged to a session, with an optional budget that also counts
 /// against every enclosing session's budget. Reference counted: the session holds one reference
 /// (end() drops it), each nested session's ledger one on its parent's, each adaptor one, and,
@@ -689,9 +713,11 @@ CUSCOPE_DETAIL_NOINLINE inline std::uint64_t next_ledger_id(const void*& source)
 /// other. The totals are sums over the stripes and the counts shared by frees made on another
 /// thread than the allocation (which take atomic operations). While the session lives, the
 /// allocations need not hold references: the session holds the ledger. At its end, end() makes
-/// every thread's counting visible (a process-wide barrier, or sequentially consistent atomics
+/// every thread's counting visible (a process-wide barrier, or sequentially consistent fences
 /// where that is not available), waits for those in progress, and turns the allocations still
-/// live into references; from then on each one holds its own.
+/// live into references; from then on each one holds its own. Each thread's counting is in a
+/// sequence count of its stripe (a seqlock), and that of frees on other threads in one shared
+/// word, so that a report reads the totals as one state (live_snapshot()).
 ///
 /// Without a budget anywhere above it, an allocation is counted once made (enter); with one, its
 /// bytes are checked and taken first (charge), in a count the threads share, so that a request
@@ -711,6 +737,7 @@ class ledger final : public ledger_access {
         flat_(parent == nullptr && !budgeted_),
         asymmetric_(asymmetric_fences()),
         id_(next_ledger_id(id_source_)),
+        gate_(asymmetric_ ? 0 : gate_fence),
         name_(std::move(name)),
         listed_(std::move(listed)) {
     recording_.tally = &tally_;
@@ -754,8 +781,8 @@ class ledger final : public ledger_access {
     bool others = false;
     {
       const std::lock_guard<std::mutex> lock(mutex_);
-      ended_.store(true, std::memory_order_seq_cst);
-      others = remote_ops_.load(std::memory_order_seq_cst) != 0;
+      gate_.fetch_or(gate_ended, std::memory_order_seq_cst);
+      others = (remote_ops_.load(std::memory_order_seq_cst) & remote_in_progress) != 0;
       const thread_identity& me = this_thread_identity();
       for (ledger_stripe* s = stripes_.load(std::memory_order_acquire); s != nullptr; s = s->next)
         others = others || !s->owned_by(me);
@@ -768,11 +795,12 @@ class ledger final : public ledger_access {
     // whose free failed (they hold none).
     std::size_t outstanding = 0;
     for (ledger_stripe* s = stripes_.load(std::memory_order_acquire); s != nullptr; s = s->next) {
-      for (unsigned spins = 0; s->in_op.load(std::memory_order_seq_cst) != 0; ++spins)
+      for (unsigned spins = 0; (s->seq.load(std::memory_order_seq_cst) & 1u) != 0; ++spins)
         spin_pause(spins);
       outstanding += s->live_owned();
     }
-    for (unsigned spins = 0; remote_ops_.load(std::memory_order_seq_cst) != 0; ++spins)
+    for (unsigned spins = 0;
+         (remote_ops_.load(std::memory_order_seq_cst) & remote_in_progress) != 0; ++spins)
       spin_pause(spins);
     outstanding -= remote_count_.load(std::memory_order_acquire) -
                    remote_unowned_.load(std::memory_order_acquire) +
@@ -883,15 +911,16 @@ class ledger final : public ledger_access {
     r.ptr.store(ptr, std::memory_order_release);
     index_.insert(ptr, &r);
     ledger_stripe& s = *r.stripe;
-    if (__builtin_expect(!begin_op(s), 1)) {
+    std::size_t odd;
+    if (__builtin_expect(!begin_op(s, odd), 1)) {
       s.add_made(false);
       add_bytes(s, bytes);
-      end_op(s);
+      end_op(s, odd);
     } else {
       add_bytes(s, bytes);
-      end_op(s);
       late_made_.fetch_add(1, std::memory_order_relaxed);
-      late(1, false);
+      count_late(1);
+      end_op(s, odd);
     }
   }
 
@@ -909,25 +938,29 @@ class ledger final : public ledger_access {
     // later describe() that changes the count (ledger_record::read).
     r.ptr.store(ptr, std::memory_order_release);
     if (!holds_ref) index_.insert(ptr, &r);
-    if (__builtin_expect(!begin_op(s), 1)) {
+    std::size_t odd;
+    if (__builtin_expect(!begin_op(s, odd), 1)) {
       s.add_made(holds_ref);
       add_bytes(s, bytes);
-      end_op(s);
+      end_op(s, odd);
     } else {
       add_bytes(s, bytes);
-      end_op(s);
+      late_made_.fetch_add(1, std::memory_order_relaxed);
+      count_late(1);
+      end_op(s, odd);
       // After the session's end (allocate_like on one of its buffers), the allocation holds its
       // own reference; the ledger is alive, held by the buffer this one is like.
-      late_made_.fetch_add(1, std::memory_order_relaxed);
-      late(1, holds_ref);
+      if (holds_ref) retain();
     }
     if (flat) return &r;
     if (budgeted_) hold(bytes);
     for (ledger* l = parent_; l != nullptr; l = l->parent_) {
       ledger_stripe& p = *l->cached_stripe();  // made by prepare()
+      const std::size_t nested = p.begin_write();
       ledger_stripe::add(p.nested_made);
       ledger_stripe::add(p.nested_count);
       add_bytes(p, bytes);
+      p.end_write(nested);
     }
     return &r;
   }
@@ -948,11 +981,17 @@ class ledger final : public ledger_access {
     for (ledger* l = parent_; l != nullptr; l = l->parent_) {
       ledger_stripe* const p = local ? l->cached_stripe() : nullptr;
       if (p != nullptr) {
+        const std::size_t nested = p->begin_write();
         ledger_stripe::sub(p->bytes, bytes);
         ledger_stripe::sub(p->nested_count);
+        p->end_write(nested);
       } else {
+        // Under l's remote count, which needs no order of its own here: the release of the
+        // counts below orders it for a reader (see live_snapshot()).
+        l->remote_ops_.fetch_add(remote_begun, std::memory_order_relaxed);
         l->remote_bytes_.fetch_add(bytes, std::memory_order_release);
         l->remote_nested_count_.fetch_add(1, std::memory_order_release);
+        l->end_remote();
       }
       if (!freed) l->released_.fetch_add(1, std::memory_order_relaxed);
     }
@@ -960,22 +999,28 @@ class ledger final : public ledger_access {
     if (!freed) released_.fetch_add(1, std::memory_order_relaxed);
     bool ended = false;
     if (local) {
-      ended = begin_op(s);
+      std::size_t odd;
+      ended = begin_op(s, odd);
       ledger_stripe::sub(s.bytes, bytes);
-      if (!ended) s.add_freed(ref);
+      if (!ended)
+        s.add_freed(ref);
+      else
+        count_late(~std::size_t{0});
       s.put(*r);
-      end_op(s);
+      end_op(s, odd);
     } else {
       ended = begin_remote();
       remote_bytes_.fetch_add(bytes, std::memory_order_release);
       if (!ended) {
         remote_count_.fetch_add(1, std::memory_order_release);
         if (!ref) remote_unowned_.fetch_add(1, std::memory_order_release);
+      } else {
+        count_late(~std::size_t{0});
       }
       s.put_remote(*r);
       end_remote();
     }
-    if (ended) late(~std::size_t{0}, ref);  // last: it may delete this
+    if (ended && ref) release();  // last: it may delete this
   }
 
   /// discharge(bytes, r), out of line: beside discharge_fast(), which is inlined.
@@ -993,16 +1038,18 @@ class ledger final : public ledger_access {
     ledger_stripe& s = *r.stripe;
     // One freed by pointer is not live since find() took it.
     if (holds_ref) r.ptr.store(nullptr, std::memory_order_release);
-    if (__builtin_expect(!begin_op(s), 1)) {
+    std::size_t odd;
+    if (__builtin_expect(!begin_op(s, odd), 1)) {
       ledger_stripe::sub(s.bytes, bytes);
       s.add_freed(holds_ref);
       s.put(r);
-      end_op(s);
+      end_op(s, odd);
     } else {
       ledger_stripe::sub(s.bytes, bytes);
+      count_late(~std::size_t{0});
       s.put(r);
-      end_op(s);
-      late(~std::size_t{0}, holds_ref);  // last: it may delete this
+      end_op(s, odd);
+      if (holds_ref) release();  // last: it may delete this
     }
     return true;
   }
@@ -1182,23 +1229,54 @@ class ledger final : public ledger_access {
     const std::size_t remote = remote_bytes_.load(std::memory_order_acquire);
     return sum(&ledger_stripe::bytes) - remote;
   }
-  /// live_allocations() and live_bytes() as one state, for a report: read again until two
-  /// readings agree with no thread counting here in between (a free on another thread between
-  /// the two reads would otherwise leave the count of one state and the bytes of the next).
-  /// After many tries (threads that never stop counting) the last reading.
-  std::pair<std::size_t, std::size_t> live_snapshot() const noexcept {
-    std::size_t count = live_allocations();
-    std::size_t bytes = live_bytes();
-    for (unsigned tries = 0; tries < 10000; ++tries) {
-      bool counting = remote_ops_.load(std::memory_order_seq_cst) != 0;
-      for (const ledger_stripe* s = stripes_.load(std::memory_order_acquire); s != nullptr;
-           s = s->next)
-        counting = counting || s->in_op.load(std::memory_order_seq_cst) != 0;
-      const std::size_t count_again = live_allocations();
-      const std::size_t bytes_again = live_bytes();
-      if (!counting && count_again == count && bytes_again == bytes) break;
-      count = count_again;
-      bytes = bytes_again;
+  /// How often live_snapshot() tries before it takes its last reading.
+  static constexpr unsigned snapshot_tries = 10000;
+
+  /// live_allocations() and live_bytes() as one state, for a report, while other threads count
+  /// here: of every operation (an allocation or a free, and its count in the enclosing ledgers)
+  /// either all of its counts or none, and with each operation those that happened before it.
+  /// After snapshot_tries tries (threads that never stop counting) the last reading, which may
+  /// mix states. pause: called three times in each try, between its steps (tests count there).
+  ///
+  /// Each try reads every sequence (the stripes' seq and remote_ops_), then the totals, then the
+  /// sequences again, and keeps the totals when the first were even (no operation in progress)
+  /// and the second the same. A count it read was stored by some operation after that
+  /// operation's first sequence store (in order for this reader: see begin_op() and
+  /// begin_remote()), so the second reading of that sequence reads that store or a later one:
+  /// unchanged, the operation had ended before the first reading, whose acquire made all of its
+  /// counts visible. An operation that happened before an included one had also ended by then
+  /// (its end happens before the second reading). Each sequence only grows: their sum is
+  /// unchanged only when each is. Stripes are only ever added, at the head of the list: an
+  /// unchanged head means the totals read no stripe the sequences missed.
+  template <class Pause = no_pause>
+  std::pair<std::size_t, std::size_t> live_snapshot(Pause&& pause = Pause{}) const noexcept {
+    std::size_t count = 0;
+    std::size_t bytes = 0;
+    for (unsigned tries = 0; tries < snapshot_tries; ++tries) {
+      const ledger_stripe* const head = stripes_.load(std::memory_order_acquire);
+      bool busy = false;
+      std::size_t seqs = 0;
+      for (const ledger_stripe* s = head; s != nullptr; s = s->next) {
+        const std::size_t q = s->seq.load(std::memory_order_acquire);
+        busy = busy || (q & 1u) != 0;
+        seqs += q;
+      }
+      const std::uint64_t remote = remote_ops_.load(std::memory_order_acquire);
+      busy = busy || (remote & remote_in_progress) != 0;
+      pause();
+      count = live_allocations();
+      pause();
+      bytes = live_bytes();
+      pause();
+      if (!busy) {
+        std::atomic_thread_fence(std::memory_order_acquire);
+        std::size_t seqs_again = 0;
+        for (const ledger_stripe* s = head; s != nullptr; s = s->next)
+          seqs_again += s->seq.load(std::memory_order_relaxed);
+        if (seqs_again == seqs && remote_ops_.load(std::memory_order_relaxed) == remote &&
+            stripes_.load(std::memory_order_relaxed) == head)
+          break;
+      }
       spin_pause(tries);
     }
     return {count, bytes};
@@ -1267,6 +1345,11 @@ class ledger final : public ledger_access {
     }
   }
 
+  static constexpr unsigned char gate_ended = 1;
+  static constexpr unsigned char gate_fence = 2;
+  static constexpr std::uint64_t remote_in_progress = 0xffffffffu;
+  static constexpr std::uint64_t remote_begun = (std::uint64_t{1} << 32) | 1u;
+
   // Added to the references while end() counts the allocations' (more than could ever be).
   static constexpr std::size_t end_bias = std::size_t{1} << 62;
 
@@ -1311,39 +1394,55 @@ class ledger final : public ledger_access {
     return s;
   }
 
-  // The calling thread begins counting in its stripe s; returns whether the session has ended
-  // (see end()). Once it has, its allocations are counted in late_count_ instead, and hold
-  // references of their own.
-  CUSCOPE_DETAIL_HOT_INLINE bool begin_op(ledger_stripe& s) noexcept {
-    if (asymmetric_) {
-      s.in_op.store(1, std::memory_order_relaxed);
-      std::atomic_signal_fence(std::memory_order_seq_cst);
-    } else {
-      s.in_op.store(1, std::memory_order_seq_cst);
-    }
-    // One load for both (sequentially consistent: acquire is all the first needs), so that the
-    // caller tests it once.
-    return ended_.load(std::memory_order_seq_cst);
+  // The calling thread begins counting in its stripe s (odd: what end_op() is then given);
+  // returns whether the session has ended (see end()). Once it has, its allocations are counted
+  // in late_count_ instead (count_late(), before end_op()), and hold references of their own.
+  //
+  // Two orders matter. For live_snapshot(), s.begin_write() orders the odd sequence value before
+  // the counts, and end_op() stores the even one with release (ledger_stripe::begin_write). For
+  // end(), the odd value and the load of gate_ are a store and then a load, against end()'s store
+  // of gate_ and then load of seq: one of the two loads must read the other side's store (either
+  // end() waits for this operation, or this operation sees the end). With the process-wide
+  // barrier (asymmetric_), the signal fence keeps the compiler from moving the load above the
+  // store, and end()'s membarrier gives this thread a full barrier wherever it is. Without it,
+  // gate_ has gate_fence set, so every operation goes on to begin_gated(), whose sequentially
+  // consistent fence sits between the store and a second load of gate_. Were both loads to read
+  // the old values, C++20's order S ([atomics.order]) would hold a cycle: end()'s load of seq
+  // precedes that fence (the load reads a value older than the store sequenced before the
+  // fence), the fence precedes end()'s store of gate_ (the load sequenced after the fence reads
+  // a value older than that store), and that store precedes end()'s load of seq (both
+  // sequentially consistent, one sequenced before the other).
+  //
+  // One load of gate_ tests both the end and the mode: the usual case (the barrier, no end) costs
+  // the sequence's load, increment and store, and one test.
+  CUSCOPE_DETAIL_HOT_INLINE bool begin_op(ledger_stripe& s, std::size_t& odd) noexcept {
+    odd = s.begin_write();
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    if (__builtin_expect(gate_.load(std::memory_order_seq_cst) == 0, 1)) return false;
+    return begin_gated();
   }
-  CUSCOPE_DETAIL_HOT_INLINE static void end_op(ledger_stripe& s) noexcept {
-    s.in_op.store(0, std::memory_order_release);
+  bool begin_gated() noexcept {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return (gate_.load(std::memory_order_seq_cst) & gate_ended) != 0;
+  }
+  CUSCOPE_DETAIL_HOT_INLINE static void end_op(ledger_stripe& s, std::size_t odd) noexcept {
+    s.end_write(odd);
   }
 
-  // An allocation (change 1) or its free (change -1) after the session's end; ref: whether it
-  // holds a reference. The free's may delete this.
-  void late(std::size_t change, bool ref) noexcept {
+  // An allocation (change 1) or its free (change -1) after the session's end, counted inside the
+  // operation's sequence (before end_op() or end_remote()) so that live_snapshot() reads it with
+  // the bytes. The allocation's reference, if it holds one, is taken or dropped after that.
+  void count_late(std::size_t change) noexcept {
     late_count_.fetch_add(change, std::memory_order_release);
-    if (!ref) return;
-    if (change == 1)
-      retain();
-    else
-      release();
   }
 
-  // The same for a free on another thread than its allocation's.
+  // The same for a free on another thread than its allocation's: remote_ops_ counts it as begun
+  // and in progress (the first store of a sequence: a reader that reads any count the free
+  // stores, with release, then reads this or a later value), end_remote() as no longer in
+  // progress (with release, as the sequence's even value).
   bool begin_remote() noexcept {
-    remote_ops_.fetch_add(1, std::memory_order_seq_cst);
-    return ended_.load(std::memory_order_seq_cst);
+    remote_ops_.fetch_add(remote_begun, std::memory_order_seq_cst);
+    return (gate_.load(std::memory_order_seq_cst) & gate_ended) != 0;
   }
   void end_remote() noexcept { remote_ops_.fetch_sub(1, std::memory_order_release); }
 
@@ -1467,7 +1566,9 @@ class ledger final : public ledger_access {
   std::uint64_t id_;
   record_target recording_;
   std::atomic<ledger_stripe*> stripes_{nullptr};
-  std::atomic<bool> ended_{false};  // end() was called
+  // gate_ended: end() was called; gate_fence: no process-wide barrier, every operation fences
+  // (see begin_op()).
+  std::atomic<unsigned char> gate_;
   std::atomic<bool> other_streams_{false};
   std::atomic<bool> closed_flag_{false};
   std::string name_;
@@ -1475,7 +1576,10 @@ class ledger final : public ledger_access {
   // Written by frees on another thread than their allocation's, by allocations with a budget,
   // and by references.
   alignas(64) std::atomic<std::size_t> refs_{1};
-  std::atomic<std::size_t> remote_ops_{0};           // frees on another thread in progress
+  // Frees on another thread than their allocation's, and nested ledgers' counts they change
+  // here: how many are in progress (remote_in_progress, the low half) and how many began (the
+  // high half, which wraps), so that one begun and ended between two readings changes it.
+  std::atomic<std::uint64_t> remote_ops_{0};
   std::atomic<std::size_t> remote_bytes_{0};         // freed on another thread (any level)
   std::atomic<std::size_t> remote_count_{0};         // this ledger's allocations, so freed
   std::atomic<std::size_t> remote_nested_count_{0};  // nested ledgers' allocations, so freed
