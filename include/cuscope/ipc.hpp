@@ -25,8 +25,12 @@
 #include <type_traits>
 #include <utility>
 
+#include "detail/config.hpp"
 #include "detail/format.hpp"
-#include "detail/ledger.hpp"
+#include "detail/ledger_fwd.hpp"
+#if CUSCOPE_DETAIL_HOST_CODE  // for imported_allocation's definitions
+#  include "detail/ledger.hpp"
+#endif
 #include "device.hpp"
 #include "device_allocation.hpp"
 #include "device_buffer.hpp"
@@ -294,70 +298,19 @@ class imported_allocation {
 
   /// @brief Gives up ownership: the caller frees the returned pointer (cudaFree or cudaFreeAsync)
   /// before the exporter frees the allocation. A session no longer counts it.
-  [[nodiscard]] void* release() noexcept {
-    if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge(bytes_, record_, false);
-    bytes_ = 0;
-    return std::exchange(data_, nullptr);
-  }
+  [[nodiscard]] void* release() noexcept;
 
   /// @brief Makes stream the one the mapping is freed on; it waits, in stream order, for the
   /// work enqueued so far on the old one. Enqueued; does not synchronize.
-  void set_stream(stream_ref stream) {
-    if (data_ != nullptr) {
-      detail::order_after(stream, stream_ref(stream_), device_);
-      if (ledger_ != nullptr) ledger_->moved_to(stream.get(), record_);
-    }
-    stream_ = stream.get();
-  }
+  void set_stream(stream_ref stream);
 
  private:
   imported_allocation(stream_ref stream, const imported_pool& pool, const allocation_export& e,
-                      detail::ledger* accounting, call_site site)
-      : stream_(stream.get()), pool_(pool.get()), device_(pool.device()) {
-    if (pool.empty())
-      throw std::logic_error("cuscope::imported_allocation: empty (moved-from) imported_pool");
-    const auto bytes = static_cast<std::size_t>(e.bytes);
-    const bool charged = accounting != nullptr && accounting->charge(bytes);
-    cudaMemPoolPtrExportData data = e.data;
-    const cudaError_t status = cudaMemPoolImportPointer(&data_, pool_, &data);
-    if (status != cudaSuccess) {
-      if (accounting != nullptr) accounting->cancel(bytes, charged);
-      data_ = nullptr;
-      detail::throw_cuda_error(status, "cudaMemPoolImportPointer", __FILE__, __LINE__,
-                               pool.describe() + ", an allocation of " +
-                                   detail::format_bytes(bytes) +
-                                   " (not from this pool, or freed by its exporter)");
-    }
-    bytes_ = bytes;
-    if (accounting != nullptr) {
-      try {  // named in the session's leak report
-        record_ = accounting->enter(data_, bytes_, stream_, "imported", site.file, site.line);
-      } catch (...) {
-        free();
-        accounting->cancel(bytes, charged);
-        throw;
-      }
-      ledger_ = accounting;
-    }
-  }
+                      detail::ledger* accounting, call_site site);
 
   static detail::ledger* counting(session& s);
 
-  void free() noexcept {
-    if (data_ != nullptr) {
-      const detail::stream_device_guard_nothrow on(stream_, device_);
-      if (CUSCOPE_DETAIL_CLEANUP_BYTES(cudaFreeAsync(data_, stream_),
-                                       "cuscope::imported_allocation", data_, bytes_)) {
-        if (ledger_ != nullptr) ledger_->discharge(bytes_, record_);
-      } else if (ledger_ != nullptr) {
-        ledger_->abandon(record_);  // still mapped: the session goes on counting it, as a leak
-      }
-    }
-    data_ = nullptr;
-    bytes_ = 0;
-    ledger_ = nullptr;
-    record_ = nullptr;
-  }
+  void free() noexcept;
 
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
@@ -368,12 +321,76 @@ class imported_allocation {
   detail::ledger_record* record_ = nullptr;
 };
 
+// imported_allocation's definitions that use the session's ledger: host code only
+// (detail/config.hpp), so that nvcc's device passes need not parse the ledger.
+#if CUSCOPE_DETAIL_HOST_CODE
+inline void* imported_allocation::release() noexcept {
+  if (ledger_ != nullptr) std::exchange(ledger_, nullptr)->discharge(bytes_, record_, false);
+  bytes_ = 0;
+  return std::exchange(data_, nullptr);
+}
+
+inline void imported_allocation::set_stream(stream_ref stream) {
+  if (data_ != nullptr) {
+    detail::order_after(stream, stream_ref(stream_), device_);
+    if (ledger_ != nullptr) ledger_->moved_to(stream.get(), record_);
+  }
+  stream_ = stream.get();
+}
+
+inline imported_allocation::imported_allocation(stream_ref stream, const imported_pool& pool,
+                                                const allocation_export& e,
+                                                detail::ledger* accounting, call_site site)
+    : stream_(stream.get()), pool_(pool.get()), device_(pool.device()) {
+  if (pool.empty())
+    throw std::logic_error("cuscope::imported_allocation: empty (moved-from) imported_pool");
+  const auto bytes = static_cast<std::size_t>(e.bytes);
+  const bool charged = accounting != nullptr && accounting->charge(bytes);
+  cudaMemPoolPtrExportData data = e.data;
+  const cudaError_t status = cudaMemPoolImportPointer(&data_, pool_, &data);
+  if (status != cudaSuccess) {
+    if (accounting != nullptr) accounting->cancel(bytes, charged);
+    data_ = nullptr;
+    detail::throw_cuda_error(status, "cudaMemPoolImportPointer", __FILE__, __LINE__,
+                             pool.describe() + ", an allocation of " + detail::format_bytes(bytes) +
+                                 " (not from this pool, or freed by its exporter)");
+  }
+  bytes_ = bytes;
+  if (accounting != nullptr) {
+    try {  // named in the session's leak report
+      record_ = accounting->enter(data_, bytes_, stream_, "imported", site.file, site.line);
+    } catch (...) {
+      free();
+      accounting->cancel(bytes, charged);
+      throw;
+    }
+    ledger_ = accounting;
+  }
+}
+
+inline void imported_allocation::free() noexcept {
+  if (data_ != nullptr) {
+    const detail::stream_device_guard_nothrow on(stream_, device_);
+    if (CUSCOPE_DETAIL_CLEANUP_BYTES(cudaFreeAsync(data_, stream_), "cuscope::imported_allocation",
+                                     data_, bytes_)) {
+      if (ledger_ != nullptr) ledger_->discharge(bytes_, record_);
+    } else if (ledger_ != nullptr) {
+      ledger_->abandon(record_);  // still mapped: the session goes on counting it, as a leak
+    }
+  }
+  data_ = nullptr;
+  bytes_ = 0;
+  ledger_ = nullptr;
+  record_ = nullptr;
+}
+
 inline detail::ledger* imported_allocation::counting(session& s) {
   if (s.finished())
     throw std::logic_error("cuscope::session '" + s.name() +
                            "': an import counted by the session after it finished");
   return detail::accounting_of(s);
 }
+#endif  // CUSCOPE_DETAIL_HOST_CODE
 
 /// @brief count elements of T imported from another process's pool and freed here in stream
 /// order: the typed layer over one imported_allocation, as device_buffer<T> is over
