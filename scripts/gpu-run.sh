@@ -10,7 +10,7 @@
 #   scripts/gpu-run.sh tests OUT [options]   4 to 9.5 minutes on an H100 or H200 machine
 #     configure (the gpu preset's settings, -lineinfo, Catch2 from .deps/), build the gpu tests,
 #     ctest -L gpu, the driver probe (driver_probe against driver_probe_sim, then the risky
-#     questions of driver_probe --risky in processes of their own), compute-sanitizer (memcheck on
+#     questions of driver_probe --risky in a separate process), compute-sanitizer (memcheck on
 #     the kernels and on the API tests, racecheck and synccheck on the kernels), then the
 #     simulated-device tests if time is left. Writes gpu-tests-summary.txt, gpu-tests-junit.xml,
 #     sim-tests-junit.xml, driver-probe.txt and gpu-tests-logs.tar.gz, the summary and the logs
@@ -199,8 +199,8 @@ run_tests() {
     --stop-time "$(stop_time 240)" --output-junit "$out/gpu-tests-junit.xml"
 
   # The driver's answers next to the simulation's (docs/gpu-checklist.md, "The driver probe").
-  # The risky questions (a double free, say) run last, each answer in a process of its own, so
-  # that one that aborts costs only itself.
+  # The risky questions (a double free, say) run last, in a process of their own, so that an
+  # abort there costs none of the other answers.
   local probe_gpu="$build/tests/driver_probe" probe_sim="$build/tests/driver_probe_sim"
   step probe-sim 30 "$probe_sim"
   step probe-sim-risky 30 "$probe_sim" --risky
